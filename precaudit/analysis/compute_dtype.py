@@ -1,0 +1,101 @@
+"""Which dtype a value is held in, and a node computes in, when the model runs at the target dtype — and why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from ..dtypes import FORMATS, Format, format_of_onnx_type
+from ..ir import Graph, Node, Value
+
+__all__ = ["ComputeDtype", "DtypeResolver"]
+
+_FLOAT_NAMES = {"fp16", "bf16", "fp32", "fp64", "fp8-e4m3", "fp8-e5m2"}
+
+
+@dataclass(frozen=True)
+class ComputeDtype:
+    """A format together with the reason it applies, as a finding prints it."""
+
+    fmt: Format
+    reason: str
+
+
+class DtypeResolver:
+    """Maps the stored graph onto a run at the target dtype.
+
+    A tensor stored in float32 runs in the target dtype (what an fp16 converter does), unless it lies
+    downstream of an explicit Cast to float32 (an intended fp32 island) or comes out of a node the user
+    keeps in float32. Tensors stored in another float type (an fp16 model, a Cast to double) keep it.
+    """
+
+    def __init__(self, graph: Graph, target: Format, keep_fp32: list[str] | tuple[str, ...] = ()):
+        self.graph = graph
+        self.target = target
+        self.keep_fp32 = list(keep_fp32)
+        self._pinned: dict[int, str] = {}  # id(value) -> name of the Cast-to-float32 node that pins it
+        self._propagate_pins()
+
+    def kept_by(self, node: Node) -> str | None:
+        """The --keep-fp32 entry (op type, node name or glob) that keeps this node in float32, if any."""
+        for pattern in self.keep_fp32:
+            if pattern == node.op_type or fnmatchcase(node.name, pattern) or (node.scope and fnmatchcase(node.scope, pattern)):
+                return pattern
+        return None
+
+    def of_value(self, value: Value) -> ComputeDtype | None:
+        """The dtype a float value is held in during the audited run; None for non-float values."""
+        if value.dtype not in _FLOAT_NAMES:
+            return None
+        producer = value.producer
+        if value.dtype != "fp32":
+            fmt = FORMATS[value.dtype]
+            if producer is not None and producer.op_type == "Cast":
+                return ComputeDtype(fmt, f"Cast to {fmt.long_name} at node '{producer.name}'")
+            return ComputeDtype(fmt, f"model stored in {fmt.long_name}")
+        if self.target.name == "fp32":
+            return ComputeDtype(self.target, "model stored in float32, --dtype fp32")
+        pin = self._pinned.get(id(value))
+        if pin is not None:
+            return ComputeDtype(FORMATS["fp32"], f"after Cast to float32 at node '{pin}'")
+        return ComputeDtype(self.target, f"--dtype {self.target.name}: float32 tensors run as {self.target.long_name}")
+
+    def of_node(self, node: Node) -> ComputeDtype | None:
+        """The dtype a node computes in: its kept-fp32 status, else the dtype of its first float input."""
+        pattern = self.kept_by(node)
+        if pattern is not None:
+            return ComputeDtype(FORMATS["fp32"], f"kept in float32 by --keep-fp32 {pattern}")
+        for value in node.inputs:
+            if value is not None:
+                dtype = self.of_value(value)
+                if dtype is not None:
+                    return dtype
+        return None
+
+    def of_stash(self, node: Node, stash_type: int | None, default_note: str) -> ComputeDtype | None:
+        """Compute dtype of a norm op that carries its own statistics dtype (stash_type)."""
+        pattern = self.kept_by(node)
+        if pattern is not None:
+            return ComputeDtype(FORMATS["fp32"], f"kept in float32 by --keep-fp32 {pattern}")
+        if stash_type is None:
+            return ComputeDtype(FORMATS["fp32"], f"stash_type absent: default 1 (float32){default_note}")
+        fmt = format_of_onnx_type(stash_type)
+        if fmt is None:  # 0 (undefined) or a non-float type: the statistics stay in the input dtype
+            inner = self.of_node(node)
+            if inner is None:
+                return None
+            return ComputeDtype(inner.fmt, f"stash_type={stash_type} is no float type, so the input dtype applies: {inner.reason}")
+        return ComputeDtype(fmt, f"stash_type={stash_type} ({fmt.long_name})")
+
+    def _propagate_pins(self) -> None:
+        for node in self.graph.nodes:
+            if node.op_type == "Cast":
+                pin = node.name if node.attr("to") == 1 else None
+            elif self.kept_by(node) is not None:
+                pin = None  # a converter casts a kept node's outputs back to the target dtype
+            else:
+                pin = next((self._pinned[id(v)] for v in node.inputs
+                            if v is not None and not v.is_const and id(v) in self._pinned), None)
+            if pin is not None:
+                for out in node.outputs:
+                    self._pinned[id(out)] = pin

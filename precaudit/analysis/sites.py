@@ -1,0 +1,138 @@
+"""Turn IR nodes into sites: the places a rule looks at, each with the facts its conditions read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import FORMATS, classify, round_to_format
+from ..ir import Graph, Node, Value
+from .compute_dtype import ComputeDtype, DtypeResolver
+from .fused_norms import FUSED_NORMS, NormSpec
+
+__all__ = ["Site", "FACT_NAMES", "find_sites", "eps_facts"]
+
+# Single ops audited for what they do with their input; the site kind is the lower-case op name.
+_OP_SITES = {"Softmax", "LogSoftmax", "Log", "Sqrt", "Reciprocal", "Div", "Exp", "Pow"}
+
+# The facts each site kind carries: the names a rule condition or message may use.
+_DTYPE_FACTS = {"compute_dtype", "compute_reason", "target_dtype", *FORMATS["fp32"].numbers()}
+_EPS_FACTS = {"has_eps", "eps", "eps_rounded", "eps_class", "eps_source", "eps_role", "eps_placement"}
+_OP_FACTS = {"op", "input_op", *_DTYPE_FACTS}
+FACT_NAMES: dict[str, set[str]] = {
+    "norm": {"norm", "op", *_EPS_FACTS, *_DTYPE_FACTS},
+    **{op.lower(): set(_OP_FACTS) for op in _OP_SITES},
+}
+FACT_NAMES["div"].add("divisor_op")
+FACT_NAMES["pow"].add("exponent")
+FACT_NAMES["softmax"].add("axis")
+FACT_NAMES["logsoftmax"].add("axis")
+_TRANSPARENT = {"Cast", "Identity"}  # ops a pattern looks through when asking "what feeds this?"
+
+
+@dataclass(eq=False)
+class Site:
+    """A node (or chain of nodes) a rule can judge, and the facts it is judged on."""
+
+    kind: str  # "norm", or the lower-cased op name for single-op sites
+    node: Node  # the node a finding points at
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+def find_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
+    """Every fused-norm and single-op site of the graph, in graph order."""
+    sites: list[Site] = []
+    for node in graph.nodes:
+        spec = FUSED_NORMS.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
+        if spec is not None:
+            site = _norm_site(node, spec, resolver)
+            if site is not None:
+                sites.append(site)
+        elif node.op_type in _OP_SITES and node.domain in ("", "ai.onnx"):
+            site = _op_site(node, resolver)
+            if site is not None:
+                sites.append(site)
+    return sites
+
+
+def eps_facts(eps: float | None, dtype: ComputeDtype) -> dict[str, Any]:
+    """The eps as written and as rounded into the dtype it is used in."""
+    facts: dict[str, Any] = {"has_eps": eps is not None, "eps": eps, "eps_rounded": None, "eps_class": None}
+    if eps is not None:
+        facts["eps_rounded"] = round_to_format(eps, dtype.fmt)
+        facts["eps_class"] = classify(eps, dtype.fmt)
+    return facts
+
+
+def _dtype_facts(dtype: ComputeDtype, resolver: DtypeResolver) -> dict[str, Any]:
+    return {"compute_dtype": dtype.fmt.long_name, "compute_reason": dtype.reason,
+            "target_dtype": resolver.target.long_name, **dtype.fmt.numbers()}
+
+
+def _norm_site(node: Node, spec: NormSpec, resolver: DtypeResolver) -> Site | None:
+    dtype = _norm_dtype(node, spec, resolver)
+    if dtype is None:
+        return None
+    if spec.fixed_eps is not None:
+        eps, source = spec.fixed_eps, "fixed by the ONNX spec"
+    elif spec.eps_attr is None:
+        eps, source = None, "the op has no eps"
+    elif spec.eps_attr in node.attrs:
+        eps, source = float(node.attrs[spec.eps_attr]), f"attribute {spec.eps_attr}"
+    else:
+        eps, source = spec.eps_default, f"attribute {spec.eps_attr} absent: default {spec.eps_default:g}"
+    facts = {"norm": spec.norm, "op": node.op_type, "eps_source": source, "eps_role": spec.eps_role,
+             "eps_placement": spec.placement, **eps_facts(eps, dtype), **_dtype_facts(dtype, resolver)}
+    return Site("norm", node, facts)
+
+
+def _norm_dtype(node: Node, spec: NormSpec, resolver: DtypeResolver) -> ComputeDtype | None:
+    if spec.stash_since is not None and (node.opset is None or node.opset >= spec.stash_since):
+        stash = node.attrs.get("stash_type")
+        return resolver.of_stash(node, None if stash is None else int(stash), "")
+    if spec.fp32_accumulate is not None and resolver.kept_by(node) is None:
+        inner = resolver.of_node(node)
+        if inner is not None and inner.fmt.name != "fp64":
+            return ComputeDtype(FORMATS["fp32"], f"{node.op_type}: {spec.fp32_accumulate}")
+    return resolver.of_node(node)
+
+
+def _op_site(node: Node, resolver: DtypeResolver) -> Site | None:
+    dtype = resolver.of_node(node)
+    if dtype is None:
+        return None
+    facts: dict[str, Any] = {"op": node.op_type, "input_op": _feeding_op(node.input(0)), **_dtype_facts(dtype, resolver)}
+    if node.op_type == "Div":
+        facts["divisor_op"] = _feeding_op(node.input(1))
+    if node.op_type == "Pow":
+        facts["exponent"] = scalar_of(node.input(1))
+    if node.op_type in ("Softmax", "LogSoftmax"):
+        facts["axis"] = node.attr("axis", -1 if (node.opset or 13) >= 13 else 1)
+    return Site(node.op_type.lower(), node, facts)
+
+
+def _feeding_op(value: Value | None) -> str:
+    """The op type that produces a value, looking through Casts; 'input' or 'constant' at the graph's edge."""
+    while value is not None and value.producer is not None and value.producer.op_type in _TRANSPARENT:
+        value = value.producer.input(0)
+    if value is None:
+        return ""
+    if value.is_const:
+        return "constant"
+    if value.producer is None:
+        return "input"
+    return value.producer.op_type
+
+
+def scalar_of(value: Value | None, max_size: int = 1) -> float | None:
+    """A constant's single value (reading it only if it is small), else None."""
+    if value is None or not value.is_const:
+        return None
+    if value.const_size is not None and value.const_size > max_size:
+        return None
+    data = value.const()
+    if data is None or data.size != 1 or data.dtype.kind not in "fiu":
+        return None
+    return float(np.asarray(data, dtype=np.float64).reshape(()))

@@ -1,0 +1,21 @@
+"""The one error type users see: a file and what is wrong with it (exit code 2, one line)."""
+
+from __future__ import annotations
+
+__all__ = ["InputError"]
+
+
+class InputError(Exception):
+    """Bad input from the user: an unreadable model, a broken rule file, a bad option value."""
+
+    def __init__(self, file: str | None, problem: str, line: int | None = None):
+        self.file = file
+        self.problem = problem
+        self.line = line
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = self.file or ""
+        if self.file and self.line:
+            where += f":{self.line}"
+        return f"{where}: {self.problem}" if where else self.problem

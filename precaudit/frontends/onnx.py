@@ -1,0 +1,248 @@
+"""Load an ONNX model into the IR without reading weights the audit does not need."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ..dtypes import format_of_onnx_type
+from ..errors import InputError
+from ..ir import Graph, Node, Value
+
+__all__ = ["load_onnx"]
+
+# Keys the torch dynamo exporter writes into node.metadata_props.
+_META_SCOPE = "pkg.torch.onnx.name_scopes"
+_META_STACK = "pkg.torch.onnx.stack_trace"
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def load_onnx(path: str) -> Graph:
+    """Parse the model file, inline its local functions, infer types and build the IR."""
+    model = _read_model(path)
+    model_dir = Path(path).resolve().parent
+    if model.functions:
+        try:
+            model = onnx.inliner.inline_local_functions(model)
+        except Exception as exc:  # an inliner failure should not hide the rest of the graph
+            raise InputError(path, f"cannot inline model-local functions: {exc}") from exc
+    try:
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:
+        pass  # types then come from the graph's own annotations and _fill_missing_dtypes
+    opsets = {imp.domain or "": imp.version for imp in model.opset_import}
+    builder = _Builder(path, model_dir, opsets)
+    graph = Graph(path=path, producer_name=model.producer_name)
+    builder.build(model.graph, graph, scope={}, subgraph_path="")
+    _fill_missing_dtypes(graph)
+    graph.stored_float = _dominant_float(graph)
+    return graph
+
+
+def _read_model(path: str) -> onnx.ModelProto:
+    p = Path(path)
+    if not p.exists():
+        raise InputError(path, "no such file")
+    if p.is_dir():
+        raise InputError(path, "is a directory, not an ONNX model file")
+    try:
+        model = onnx.load(str(p), load_external_data=False)
+    except Exception as exc:
+        raise InputError(path, f"not a readable ONNX model ({type(exc).__name__}: {_first_line(exc)})") from exc
+    if not model.HasField("graph") or not model.graph.node and not model.graph.input:
+        raise InputError(path, "not an ONNX model: the file parses but holds no graph")
+    return model
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else "unknown error"
+
+
+class _Builder:
+    """Walks a GraphProto (and the bodies of If/Loop/Scan) into one flat IR graph."""
+
+    def __init__(self, path: str, model_dir: Path, opsets: dict[str, int]):
+        self.path = path
+        self.model_dir = model_dir
+        self.opsets = opsets
+        self.types: dict[str, onnx.TypeProto] = {}
+
+    def build(self, gp: onnx.GraphProto, graph: Graph, scope: dict[str, Value], subgraph_path: str) -> None:
+        scope = dict(scope)  # a body sees the outer scope, not the other way round
+        for vi in [*gp.input, *gp.output, *gp.value_info]:
+            self.types[vi.name] = vi.type
+        for init in gp.initializer:
+            scope[init.name] = self._initializer_value(init)
+        for vi in gp.input:
+            if vi.name not in scope:
+                value = self._value(vi.name)
+                value.is_graph_input = not subgraph_path
+                scope[vi.name] = value
+                if not subgraph_path:
+                    graph.inputs.append(value)
+        for np_ in gp.node:
+            node = self._node(np_, scope, subgraph_path)
+            graph.nodes.append(node)
+            for attr in np_.attribute:
+                for body in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                    self.build(body, graph, scope, f"{subgraph_path}{node.name}/{attr.name}/")
+        if not subgraph_path:
+            graph.outputs = [scope[o.name] for o in gp.output if o.name in scope]
+
+    def _value(self, name: str) -> Value:
+        value = Value(name=name)
+        tp = self.types.get(name)
+        if tp is not None and tp.HasField("tensor_type"):
+            tt = tp.tensor_type
+            value.dtype = _dtype_name(tt.elem_type)
+            if tt.HasField("shape"):
+                value.shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim)
+        return value
+
+    def _initializer_value(self, init: onnx.TensorProto) -> Value:
+        value = Value(name=init.name, dtype=_dtype_name(init.data_type), shape=tuple(init.dims))
+        value.const_size = int(np.prod(init.dims)) if init.dims else 1
+        external = init.data_location == onnx.TensorProto.EXTERNAL
+        value.const_origin = f"initializer '{init.name}'" + (" (external data)" if external else "")
+        value.const_loader = (lambda: self._read_external(init)) if external else (lambda: numpy_helper.to_array(init))
+        return value
+
+    def _read_external(self, init: onnx.TensorProto) -> np.ndarray:
+        info = {e.key: e.value for e in init.external_data}
+        location = info.get("location", "")
+        target = (self.model_dir / location).resolve()
+        if os.path.isabs(location) or self.model_dir not in target.parents:
+            raise InputError(self.path, f"initializer '{init.name}': external data path {location!r} leaves the model's folder")
+        if not target.is_file():
+            raise InputError(self.path, f"initializer '{init.name}': external data file {location!r} not found")
+        offset = int(info.get("offset", 0))
+        length = int(info["length"]) if "length" in info else target.stat().st_size - offset
+        with open(target, "rb") as f:
+            f.seek(offset)
+            raw = f.read(length)
+        if len(raw) != length:
+            raise InputError(self.path, f"initializer '{init.name}': external data file {location!r} is truncated")
+        inline = onnx.TensorProto()
+        inline.CopyFrom(init)
+        del inline.external_data[:]
+        inline.data_location = onnx.TensorProto.DEFAULT
+        inline.raw_data = raw
+        return numpy_helper.to_array(inline)
+
+    def _node(self, np_: onnx.NodeProto, scope: dict[str, Value], subgraph_path: str) -> Node:
+        attrs = {a.name: _attr_value(a) for a in np_.attribute if a.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
+        name = np_.name or f"{np_.op_type}_{np_.output[0] if np_.output else ''}"
+        node = Node(name=subgraph_path + name, op_type=np_.op_type, domain=np_.domain or "", attrs=attrs,
+                    opset=self.opsets.get(np_.domain or ""), subgraph_path=subgraph_path)
+        _attach_source(node, np_)
+        for iname in np_.input:
+            if not iname:
+                node.inputs.append(None)
+                continue
+            value = scope.get(iname)
+            if value is None:  # an input the graph never defines; keep the link so the audit can go on
+                value = scope[iname] = self._value(iname)
+            value.consumers.append(node)
+            node.inputs.append(value)
+        for oname in np_.output:
+            value = self._value(oname) if oname else Value(name="")
+            value.producer = node
+            node.outputs.append(value)
+            if oname:
+                scope[oname] = value
+        if np_.op_type == "Constant" and node.outputs:
+            _make_constant(node, np_)
+        return node
+
+
+def _make_constant(node: Node, np_: onnx.NodeProto) -> None:
+    out = node.outputs[0]
+    attr = next((a for a in np_.attribute), None)
+    if attr is None:
+        return
+    loader: Callable[[], np.ndarray]
+    if attr.name == "value":
+        loader = lambda: numpy_helper.to_array(attr.t)  # noqa: E731
+        out.dtype = out.dtype or _dtype_name(attr.t.data_type)
+    elif attr.name in ("value_float", "value_floats"):
+        loader = lambda: np.asarray(onnx.helper.get_attribute_value(attr), dtype=np.float32)  # noqa: E731
+        out.dtype = out.dtype or "fp32"
+    elif attr.name in ("value_int", "value_ints"):
+        loader = lambda: np.asarray(onnx.helper.get_attribute_value(attr), dtype=np.int64)  # noqa: E731
+        out.dtype = out.dtype or "int64"
+    else:
+        return
+    out.const_loader = loader
+    out.const_origin = f"Constant node '{node.name}'"
+    out.const_size = int(np.prod(attr.t.dims)) if attr.name == "value" and attr.t.dims else None
+
+
+def _attach_source(node: Node, np_: onnx.NodeProto) -> None:
+    """Module scope and Python source line, from exporter metadata or the node name."""
+    meta = {p.key: p.value for p in np_.metadata_props}
+    scopes = meta.get(_META_SCOPE)
+    if scopes:
+        parts = [s for s in re.findall(r"'([^']*)'", scopes) if s]
+        node.scope = ".".join(parts) or None
+    elif np_.name.startswith("/") and np_.name.count("/") > 1:
+        # TorchScript exporter names nodes "/encoder/layer.0/attention/Softmax"
+        node.scope = ".".join(p for p in np_.name.split("/")[1:-1] if p) or None
+    stack = meta.get(_META_STACK)
+    if stack:
+        frames = _FRAME.findall(stack)
+        if frames:
+            node.source_file, line = frames[-1]
+            node.source_line = int(line)
+
+
+def _attr_value(attr: onnx.AttributeProto):
+    value = onnx.helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, onnx.TensorProto):
+        return value
+    if isinstance(value, list):
+        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value]
+    return value
+
+
+def _dtype_name(elem_type: int) -> str | None:
+    fmt = format_of_onnx_type(elem_type)
+    if fmt is not None:
+        return fmt.name
+    if elem_type == 0:
+        return None
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except Exception:
+        return None
+
+
+def _fill_missing_dtypes(graph: Graph) -> None:
+    """Give values that shape inference left untyped the dtype their producer implies."""
+    for node in graph.nodes:
+        for out in node.outputs:
+            if out.dtype is not None:
+                continue
+            if node.op_type == "Cast" and "to" in node.attrs:
+                out.dtype = _dtype_name(node.attrs["to"])
+            elif node.op_type == "CastLike" and node.input(1) is not None:
+                out.dtype = node.inputs[1].dtype
+            else:
+                out.dtype = next((v.dtype for v in node.inputs if v is not None and v.dtype), None)
+
+
+def _dominant_float(graph: Graph) -> str | None:
+    counts: dict[str, int] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            if v is not None and v.dtype and v.dtype.startswith(("fp", "bf")):
+                counts[v.dtype] = counts.get(v.dtype, 0) + 1
+    return max(counts, key=counts.get) if counts else None

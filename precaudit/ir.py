@@ -1,0 +1,80 @@
+"""A small graph IR shared by every frontend: values, nodes, and the graph that links them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+__all__ = ["Value", "Node", "Graph"]
+
+
+@dataclass(eq=False)
+class Value:
+    """A tensor: its stored dtype and shape where known, who makes it and who reads it."""
+
+    name: str
+    dtype: str | None = None  # canonical format name ("fp16", "fp32", ...) for floats, numpy name otherwise
+    shape: tuple | None = None  # ints for known dims, strings for symbolic ones, None for unknown
+    producer: "Node | None" = None
+    consumers: list["Node"] = field(default_factory=list)
+    is_graph_input: bool = False
+    # A loader for constant data (initializer, Constant node); called only when a rule needs the value.
+    const_loader: Callable[[], np.ndarray] | None = None
+    const_origin: str | None = None  # "initializer 'w'", "Constant node 'c'", "initializer 'w' (external data)"
+    const_size: int | None = None  # number of elements, known without loading
+    _const_cache: Any = field(default=None, repr=False)
+
+    @property
+    def is_const(self) -> bool:
+        return self.const_loader is not None
+
+    def const(self) -> np.ndarray | None:
+        """The constant's data, loaded once; None if the value is not a constant."""
+        if self.const_loader is None:
+            return None
+        if self._const_cache is None:
+            self._const_cache = self.const_loader()
+        return self._const_cache
+
+
+@dataclass(eq=False)
+class Node:
+    """One operation, with the metadata a finding needs to point back at its source."""
+
+    name: str
+    op_type: str
+    domain: str = ""
+    attrs: dict[str, Any] = field(default_factory=dict)
+    inputs: list[Value | None] = field(default_factory=list)  # None for an omitted optional input
+    outputs: list[Value] = field(default_factory=list)
+    opset: int | None = None  # version of the node's domain imported by the model
+    scope: str | None = None  # module path, e.g. "encoder.layer.0.attention.output.LayerNorm"
+    source_file: str | None = None
+    source_line: int | None = None
+    subgraph_path: str = ""  # "If_3/then_branch" for nodes inside a control-flow body
+
+    def input(self, i: int) -> Value | None:
+        return self.inputs[i] if i < len(self.inputs) else None
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+
+@dataclass(eq=False)
+class Graph:
+    """Every node of a model, control-flow bodies and local functions included, in topological order."""
+
+    path: str  # the model file as the user named it
+    nodes: list[Node] = field(default_factory=list)
+    inputs: list[Value] = field(default_factory=list)
+    outputs: list[Value] = field(default_factory=list)
+    stored_float: str | None = None  # dominant float dtype of the stored graph, for "model stored in X" reasons
+    producer_name: str = ""
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.nodes)
+
+    def by_op(self, *op_types: str) -> list[Node]:
+        return [n for n in self.nodes if n.op_type in op_types]

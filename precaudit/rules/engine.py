@@ -1,0 +1,42 @@
+"""Run rules over sites and turn every match into a Finding."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ..analysis.sites import Site
+from ..finding import Finding
+from .condition import render
+from .loader import Rule
+
+__all__ = ["apply_rules"]
+
+
+def apply_rules(rules: Iterable[Rule], sites: list[Site], model: str) -> list[Finding]:
+    """Every (rule, site) pair whose condition holds, in site order then rule id."""
+    rules = list(rules)
+    findings: list[Finding] = []
+    for site in sites:
+        for rule in rules:
+            if site.kind not in rule.sites or (rule.ops and site.node.op_type not in rule.ops):
+                continue
+            env = {**site.facts, **rule.params}
+            if rule.condition.evaluate(env):
+                findings.append(_finding(rule, site, env, model))
+    return findings
+
+
+def _finding(rule: Rule, site: Site, env: dict[str, Any], model: str) -> Finding:
+    node = site.node
+    return Finding(
+        rule_id=rule.id, rule_name=rule.name, severity=rule.severity,
+        message=render(rule.message, env), fix=render(rule.fix, env),
+        model=model, node_name=node.name, op_type=node.op_type, scope=node.scope,
+        source_file=node.source_file, source_line=node.source_line,
+        values={k: v for k, v in site.facts.items() if not k.startswith("fmt_") and _plain(v)},
+        references=list(rule.references),
+    )
+
+
+def _plain(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
