@@ -12,7 +12,7 @@ from ..ir import Graph, Node, Value
 from .compute_dtype import ComputeDtype, DtypeResolver
 from .fused_norms import FUSED_NORMS, NormSpec
 
-__all__ = ["Site", "FACT_NAMES", "find_sites", "eps_facts"]
+__all__ = ["Site", "FACT_NAMES", "find_sites", "eps_facts", "dtype_facts", "scalar_of"]
 
 # Single ops audited for what they do with their input; the site kind is the lower-case op name.
 _OP_SITES = {"Softmax", "LogSoftmax", "Log", "Sqrt", "Reciprocal", "Div", "Exp", "Pow"}
@@ -66,7 +66,7 @@ def eps_facts(eps: float | None, dtype: ComputeDtype) -> dict[str, Any]:
     return facts
 
 
-def _dtype_facts(dtype: ComputeDtype, resolver: DtypeResolver) -> dict[str, Any]:
+def dtype_facts(dtype: ComputeDtype, resolver: DtypeResolver) -> dict[str, Any]:
     return {"compute_dtype": dtype.fmt.long_name, "compute_reason": dtype.reason,
             "target_dtype": resolver.target.long_name, **dtype.fmt.numbers()}
 
@@ -84,7 +84,7 @@ def _norm_site(node: Node, spec: NormSpec, resolver: DtypeResolver) -> Site | No
     else:
         eps, source = spec.eps_default, f"attribute {spec.eps_attr} absent: default {spec.eps_default:g}"
     facts = {"norm": spec.norm, "op": node.op_type, "eps_source": source, "eps_role": spec.eps_role,
-             "eps_placement": spec.placement, **eps_facts(eps, dtype), **_dtype_facts(dtype, resolver)}
+             "eps_placement": spec.placement, **eps_facts(eps, dtype), **dtype_facts(dtype, resolver)}
     return Site("norm", node, facts)
 
 
@@ -103,7 +103,7 @@ def _op_site(node: Node, resolver: DtypeResolver) -> Site | None:
     dtype = resolver.of_node(node)
     if dtype is None:
         return None
-    facts: dict[str, Any] = {"op": node.op_type, "input_op": _feeding_op(node.input(0)), **_dtype_facts(dtype, resolver)}
+    facts: dict[str, Any] = {"op": node.op_type, "input_op": _feeding_op(node.input(0)), **dtype_facts(dtype, resolver)}
     if node.op_type == "Div":
         facts["divisor_op"] = _feeding_op(node.input(1))
     if node.op_type == "Pow":

@@ -9,6 +9,7 @@ from typing import Callable
 
 import numpy as np
 import onnx
+import onnx.inliner
 from onnx import numpy_helper
 
 from ..dtypes import format_of_onnx_type

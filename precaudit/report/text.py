@@ -28,10 +28,10 @@ def render_text(result: AuditResult, settings: dict, color: bool = False) -> str
             if f.source_file:
                 where = f"{f.source_file}:{f.source_line}  " + where
             lines.append(f"  {paint(f'{f.severity:<8}', _COLORS[f.severity])}{f.rule_id} {f.rule_name}  {where}")
-            lines.append(f"           {f.message}")
+            lines.append(f"          {f.message}")
             if f.values.get("compute_reason"):
-                lines.append(f"           why {f.values['compute_dtype']}: {f.values['compute_reason']}")
-            lines.append(f"           fix: {f.fix}")
+                lines.append(f"          why {f.values['compute_dtype']}: {f.values['compute_reason']}")
+            lines.append(f"          fix: {f.fix}")
         lines.append("")
     lines.append(summary_line(result))
     return "\n".join(lines) + "\n"

@@ -1,0 +1,52 @@
+"""Find the scalar constant behind a value, wherever an exporter put it, and say where it came from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..dtypes import format_of_onnx_type
+from ..ir import Value
+
+__all__ = ["ScalarConst", "resolve_scalar"]
+
+# Ops that pass a scalar through unchanged in value (a Cast changes only its dtype; rounding comes later).
+_PASS_THROUGH = {"Cast", "CastLike", "Identity", "Expand", "Reshape", "Unsqueeze", "Squeeze", "Flatten"}
+_MAX_ELEMENTS = 64  # read constants up to this size: eps vectors are tiny, weights are never read
+
+
+@dataclass(frozen=True)
+class ScalarConst:
+    """A constant's value as written and the path from where it lives to where it is used."""
+
+    value: float
+    source: str  # "Constant node 'c' → Cast to float16 at 'cast_1'"
+
+
+def resolve_scalar(value: Value | None) -> ScalarConst | None:
+    """The single value a (possibly cast, expanded or reshaped) constant holds, or None."""
+    hops: list[str] = []
+    seen = 0
+    while value is not None and not value.is_const and value.producer is not None and seen < 8:
+        node = value.producer
+        if node.op_type not in _PASS_THROUGH:
+            return None
+        if node.op_type in ("Cast", "CastLike"):
+            fmt = format_of_onnx_type(node.attr("to", 0)) if node.op_type == "Cast" else None
+            hops.append(f"Cast to {fmt.long_name if fmt else 'another type'} at '{node.name}'")
+        elif node.op_type == "Expand":
+            hops.append(f"Expand at '{node.name}'")
+        value = node.input(0)
+        seen += 1
+    if value is None or not value.is_const:
+        return None
+    if value.const_size is not None and value.const_size > _MAX_ELEMENTS:
+        return None
+    data = value.const()
+    if data is None or data.size == 0 or data.dtype.kind not in "fiu" and data.dtype.kind != "V":
+        return None
+    flat = np.asarray(data, dtype=np.float64).ravel()
+    if not np.all(flat == flat[0]):
+        return None  # a vector of different values is not one eps
+    return ScalarConst(float(flat[0]), " → ".join([value.const_origin or f"constant '{value.name}'", *reversed(hops)]))

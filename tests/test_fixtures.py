@@ -1,0 +1,52 @@
+"""Every fixture case: the exact findings (rule, node) and their numbers; every rule has a firing and a clean case."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from precaudit.rules.loader import builtin_rules_dir, load_rules
+from tests.helpers import run_json
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+MODULES = sorted(p.stem for p in FIXTURES.glob("PA*.py"))
+CASES = [(mod, case) for mod in MODULES for case in importlib.import_module(f"fixtures.{mod}").CASES]
+
+
+def test_fixture_files_were_found():
+    assert len(MODULES) >= 6 and len(CASES) >= 40
+
+
+@pytest.mark.parametrize("module,case", CASES, ids=[f"{m}:{c.name}" for m, c in CASES])
+def test_case(module, case, tmp_path):
+    model = case.build(tmp_path)
+    code, report = run_json([model], "--dtype", case.dtype, *case.args, out_dir=tmp_path)
+    assert report["errors"] == []
+    got = {(r["rule_id"], r["node_name"]) for r in report["results"]}
+    assert got == case.expect
+    for rule_id, expected in case.values.items():
+        values = next(r["values"] for r in report["results"] if r["rule_id"] == rule_id)
+        for key, want in expected.items():
+            if isinstance(want, tuple) and want[0] == "contains":
+                assert want[1] in values[key], (key, values[key])
+            else:
+                assert values[key] == pytest.approx(want) if isinstance(want, float) else values[key] == want, key
+    has_error = any(r["severity"] == "error" for r in report["results"])
+    assert code == (1 if has_error else 0)
+
+
+@pytest.mark.parametrize("rule", load_rules(), ids=lambda r: r.id)
+def test_every_rule_has_a_firing_case_and_a_clean_twin(rule):
+    module = f"{rule.id}_{rule.name.replace('-', '_')}"
+    assert module in MODULES, f"fixtures/{module}.py is missing"
+    cases = importlib.import_module(f"fixtures.{module}").CASES
+    assert any(rule.id in {r for r, _ in c.expect} for c in cases), "no case where the rule must fire"
+    assert any(rule.id not in {r for r, _ in c.expect} for c in cases), "no twin where the rule must stay quiet"
+
+
+def test_rule_files_are_named_after_their_rule():
+    for rule in load_rules():
+        assert Path(rule.source).name == f"{rule.id}-{rule.name}.yaml"
+        assert Path(rule.source).parent == builtin_rules_dir()
