@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..ir import Graph, Node, Value
-from .compute_dtype import DtypeResolver
+from .compute_dtype import ComputeDtype, DtypeResolver
 from .constants import resolve_scalar
 from .sites import Site, dtype_facts, eps_facts, scalar_of
 
@@ -29,15 +29,31 @@ def _sqrt_of_stat_plus_eps(add: Node, resolver: DtypeResolver) -> Site | None:
         if const is None or stat is None:
             continue
         reducer = _upstream(stat)
-        if reducer is None or reducer.op_type not in _STATISTICS or not _feeds_sqrt(add.outputs[0]):
+        sqrt = _sqrt_after(add.outputs[0])
+        if reducer is None or reducer.op_type not in _STATISTICS or sqrt is None:
             continue
-        dtype = resolver.of_node(add)
+        dtype = _narrower(resolver.of_node(add), resolver.of_node(sqrt), sqrt)
         if dtype is None:
             return None
         facts = {"norm": _family(reducer), "op": "Add", "eps_source": const.source, "eps_role": "eps",
-                 "eps_placement": "inside_sqrt", **eps_facts(const.value, dtype), **dtype_facts(dtype, resolver)}
+                 "eps_placement": "inside_sqrt", "keep_hint": _chain_glob(add, sqrt),
+                 **eps_facts(const.value, dtype), **dtype_facts(dtype, resolver)}
         return Site("norm", add, facts)
     return None
+
+
+def _narrower(at_add: ComputeDtype | None, at_sqrt: ComputeDtype | None, sqrt: Node) -> ComputeDtype | None:
+    """var + eps only helps if it survives into the square root: judge it in the less precise of the two."""
+    if at_add is None or at_sqrt is None or at_sqrt.fmt.ulp_at_1 <= at_add.fmt.ulp_at_1:
+        return at_add
+    return ComputeDtype(at_sqrt.fmt, f"the sum var + eps reaches Sqrt '{sqrt.name}' in {at_sqrt.fmt.long_name}: {at_sqrt.reason}")
+
+
+def _chain_glob(add: Node, sqrt: Node) -> str:
+    """A --keep-fp32 entry covering the norm chain from the eps to the root: a name prefix, or both nodes."""
+    if "/" in add.name.strip("/"):
+        return add.name.rsplit("/", 1)[0] + "/*"
+    return f"{add.name},{sqrt.name}"
 
 
 def _upstream(value: Value | None) -> Node | None:
@@ -58,13 +74,14 @@ def _downstream(value: Value) -> list[Node]:
     return found
 
 
-def _feeds_sqrt(value: Value) -> bool:
+def _sqrt_after(value: Value) -> Node | None:
+    """The Sqrt (or Pow ±0.5) that takes the square root of this value, if any."""
     for node in _downstream(value):
         if node.op_type == "Sqrt":
-            return True
+            return node
         if node.op_type == "Pow" and scalar_of(node.input(1)) in (0.5, -0.5):
-            return True
-    return False
+            return node
+    return None
 
 
 def _family(reducer: Node) -> str:

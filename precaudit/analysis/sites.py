@@ -19,7 +19,7 @@ _OP_SITES = {"Softmax", "LogSoftmax", "Log", "Sqrt", "Reciprocal", "Div", "Exp",
 
 # The facts each site kind carries: the names a rule condition or message may use.
 _DTYPE_FACTS = {"compute_dtype", "compute_reason", "target_dtype", *FORMATS["fp32"].numbers()}
-_EPS_FACTS = {"has_eps", "eps", "eps_rounded", "eps_class", "eps_source", "eps_role", "eps_placement"}
+_EPS_FACTS = {"has_eps", "eps", "eps_rounded", "eps_class", "eps_source", "eps_role", "eps_placement", "keep_hint"}
 _OP_FACTS = {"op", "input_op", *_DTYPE_FACTS}
 FACT_NAMES: dict[str, set[str]] = {
     "norm": {"norm", "op", *_EPS_FACTS, *_DTYPE_FACTS},
@@ -84,6 +84,7 @@ def _norm_site(node: Node, spec: NormSpec, resolver: DtypeResolver) -> Site | No
     else:
         eps, source = spec.eps_default, f"attribute {spec.eps_attr} absent: default {spec.eps_default:g}"
     facts = {"norm": spec.norm, "op": node.op_type, "eps_source": source, "eps_role": spec.eps_role,
+             "keep_hint": node.op_type,
              "eps_placement": spec.placement, **eps_facts(eps, dtype), **dtype_facts(dtype, resolver)}
     return Site("norm", node, facts)
 

@@ -22,6 +22,7 @@ __all__ = ["load_onnx"]
 _META_SCOPE = "pkg.torch.onnx.name_scopes"
 _META_STACK = "pkg.torch.onnx.stack_trace"
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+_LIBRARY = re.compile(r"[/\\](site-packages|dist-packages|lib/python3\.\d+)[/\\]|^<")
 
 
 def load_onnx(path: str) -> Graph:
@@ -188,19 +189,19 @@ def _make_constant(node: Node, np_: onnx.NodeProto) -> None:
 def _attach_source(node: Node, np_: onnx.NodeProto) -> None:
     """Module scope and Python source line, from exporter metadata or the node name."""
     meta = {p.key: p.value for p in np_.metadata_props}
-    scopes = meta.get(_META_SCOPE)
-    if scopes:
-        parts = [s for s in re.findall(r"'([^']*)'", scopes) if s]
-        node.scope = ".".join(parts) or None
+    scopes = re.findall(r"'([^']*)'", meta.get(_META_SCOPE, ""))
+    if len(scopes) >= 2:
+        # ['', 'encoder', 'encoder.layer.0', ..., 'layer_norm']: full dotted module paths, then the op itself
+        node.scope = scopes[-2] or None
     elif np_.name.startswith("/") and np_.name.count("/") > 1:
         # TorchScript exporter names nodes "/encoder/layer.0/attention/Softmax"
         node.scope = ".".join(p for p in np_.name.split("/")[1:-1] if p) or None
-    stack = meta.get(_META_STACK)
-    if stack:
-        frames = _FRAME.findall(stack)
-        if frames:
-            node.source_file, line = frames[-1]
-            node.source_line = int(line)
+    frames = _FRAME.findall(meta.get(_META_STACK, ""))
+    if frames:
+        # Frames run from the outermost call inwards; point at the innermost one in the user's own code.
+        user = [f for f in frames if not _LIBRARY.search(f[0])]
+        node.source_file, line = (user or frames)[-1]
+        node.source_line = int(line)
 
 
 def _attr_value(attr: onnx.AttributeProto):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from .. import __version__
 from ..audit import AuditResult
@@ -29,12 +30,15 @@ def report_document(result: AuditResult, settings: dict, exit_code: int) -> dict
 
 
 def render_json(result: AuditResult, settings: dict, exit_code: int) -> str:
-    return json.dumps(report_document(result, settings, exit_code), indent=2, default=_jsonable) + "\n"
+    return json.dumps(_strict(report_document(result, settings, exit_code)), indent=2, allow_nan=False) + "\n"
 
 
-def _jsonable(value):
-    # numpy scalars can reach findings through facts; floats that are inf/nan are written as strings.
-    try:
-        return float(value)
-    except (TypeError, ValueError):
+def _strict(value):
+    """Plain JSON: inf and nan (an eps that overflowed) become the strings "inf", "-inf", "nan"."""
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strict(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
         return str(value)
+    return value

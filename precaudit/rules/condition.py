@@ -47,7 +47,7 @@ class Condition:
         self.names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - set(_FUNCTIONS) - set(_CONSTANTS)
 
     def evaluate(self, env: Mapping[str, Any]) -> bool:
-        """True when the condition holds; a comparison with a missing fact (None) is simply false."""
+        """True when the condition holds; a comparison with a missing fact (None) is false, and so is its negation."""
         try:
             return bool(_eval(self._tree.body, env))
         except _Undefined:
