@@ -229,3 +229,12 @@ def test_console_script_exit_codes(underflow, clean):
     assert subprocess.run([*exe, str(underflow)], capture_output=True).returncode == 1
     bad = subprocess.run([*exe, "missing.onnx"], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_readme_example_model(tmp_path):
+    """The model the README's first command runs on: its real hazards, and nothing on the safe fused LayerNorm."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "tiny_block_fp16.onnx"
+    code, report = run_json([example], "--dtype", "fp16", out_dir=tmp_path)
+    assert code == 1
+    assert [(r["rule_id"], r["node_name"]) for r in report["results"]] == [
+        ("PA101", "/attn_norm/Add"), ("PA201", "/attn/Log"), ("PA102", "/mlp_norm/Add"), ("PA105", "/head/LpNormalization")]
