@@ -35,6 +35,8 @@ app = typer.Typer(cls=_DefaultToCheck, add_completion=False, pretty_exceptions_e
 class OutputFormat(str, Enum):
     text = "text"
     json = "json"
+    sarif = "sarif"
+    github = "github"
 
 
 class FailOn(str, Enum):
@@ -42,6 +44,11 @@ class FailOn(str, Enum):
     warning = "warning"
     info = "info"
     never = "never"
+
+
+class ListFormat(str, Enum):
+    text = "text"
+    json = "json"
 
 
 def _version(value: bool) -> None:
@@ -58,54 +65,181 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 @app.command()
 def check(
-    models: List[str] = typer.Argument(..., metavar="MODEL...", help="ONNX model files to audit."),
-    dtype: str = typer.Option("fp16", "--dtype", "-d",
-                              help="Target dtype: fp16, bf16, fp8-e4m3, fp8-e5m2 or fp32."),
+    models: List[str] = typer.Argument(None, metavar="MODEL...", help="ONNX model files to audit."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", "-d",
+                                        help="Target dtype: fp16 (default), bf16, fp8-e4m3, fp8-e5m2 or fp32."),
     keep_fp32: List[str] = typer.Option([], "--keep-fp32", metavar="OP_OR_NODE,...",
                                         help="Op types, node names or globs kept in float32 (your converter's block list)."),
     rules: List[str] = typer.Option([], "--rules", metavar="PATH",
                                     help="Extra YAML rule file or folder; may override built-in severities and params."),
-    output_format: OutputFormat = typer.Option(OutputFormat.text, "--format", "-f", help="Report format."),
+    select: List[str] = typer.Option([], "--select", metavar="RULE,...",
+                                     help="Run only these rules: ids, names or id prefixes (PA1), or ALL."),
+    ignore: List[str] = typer.Option([], "--ignore", metavar="RULE,...",
+                                     help="Do not run these rules (wins over --select)."),
+    preview: Optional[bool] = typer.Option(None, "--preview/--no-preview",
+                                           help="Also run preview rules matched by a prefix or the default selection."),
+    output_format: Optional[OutputFormat] = typer.Option(None, "--format", "-f", help="Report format (default text)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file."),
-    fail_on: FailOn = typer.Option(FailOn.error, "--fail-on",
-                                   help="Exit 1 when a finding of this severity or worse is found."),
+    fail_on: Optional[FailOn] = typer.Option(None, "--fail-on",
+                                             help="Exit 1 when a finding of this severity or worse is found (default error)."),
+    exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even with findings (errors still exit 2)."),
+    statistics: bool = typer.Option(False, "--statistics", help="Print a count per rule instead of every finding."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", metavar="FILE",
+                                           help="Report only findings not in this baseline."),
+    write_baseline: Optional[str] = typer.Option(None, "--write-baseline", metavar="FILE",
+                                                 help="Accept the current findings: write them to FILE and exit 0."),
+    show_settings: bool = typer.Option(False, "--show-settings", help="Print the resolved configuration and exit."),
     no_color: bool = typer.Option(False, "--no-color", help="Plain text even on a terminal."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
 ) -> int:
     """Audit models against the target dtype (the default command)."""
-    from .audit import audit_models
-    from .dtypes import format_named
+    from .config import load_settings
     from .errors import InputError
-    from .finding import severity_rank
-    from .rules.loader import load_rules
 
-    try:
-        target = format_named(dtype)
-    except KeyError as exc:
-        raise typer.BadParameter(str(exc.args[0]), param_hint="'--dtype'") from None
-    keep = [item.strip() for entry in keep_fp32 for item in entry.split(",") if item.strip()]
-    if output is not None and output.resolve() in {Path(p).resolve() for p in [*models, *rules]}:
-        raise InputError(str(output), "refusing to write the report over one of the inputs")
-    rule_set = [r for r in load_rules(rules) if not r.preview]
-    result = audit_models(models, target, rule_set, keep)
+    given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "select": _split(select),
+             "ignore": _split(ignore), "preview": preview, "format": output_format and output_format.value,
+             "fail_on": fail_on and fail_on.value, "baseline": baseline}
+    # Only flags the user typed override the pyproject: None and empty lists mean "not given".
+    settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
+    if show_settings:
+        typer.echo(settings.describe(), nl=False)
+        return EXIT_CLEAN
+    if not models:
+        raise InputError(None, "no model given: precaudit MODEL.onnx [MORE.onnx ...] [options]")
+    if statistics and settings.format != "text":
+        raise InputError(None, f"--statistics prints a table; it cannot be combined with --format {settings.format}")
+    inputs = [*models, *settings.rules, *([settings.baseline] if settings.baseline else [])]
+    for target_file in (output, write_baseline):
+        if target_file is not None and Path(target_file).resolve() in {Path(p).resolve() for p in inputs}:
+            raise InputError(str(target_file), "refusing to write the report over one of the inputs")
+    outcome = _run(models, settings, write_baseline, exit_zero)
+    if statistics:
+        from .report.text import render_statistics
+        text = render_statistics(outcome)
+    else:
+        text = _render(outcome, output is None and _color_ok(no_color))
+    _write(text, output)
+    return outcome.exit_code
+
+
+def _run(models: list[str], settings, write_to: Optional[str], exit_zero: bool):
+    """Select rules, audit, drop ignored and baselined findings, and decide the exit code."""
+    from .audit import AuditResult, audit_models
+    from .baseline import apply_baseline, write_baseline
+    from .finding import severity_rank
+    from .report.locations import repo_root
+    from .report.outcome import Outcome
+    from .rules.loader import load_rules
+    from .selection import active_rules, drop_ignored
+
+    target = _target(settings)
+    all_rules = load_rules(settings.rules)
+    _check_all_selectors(settings, all_rules)
+    rule_set = active_rules(all_rules, settings.select, settings.ignore, settings.preview)
+    result = audit_models(models, target, rule_set, settings.keep_fp32)
     for err in result.errors:
         typer.echo(f"precaudit: {err}", err=True)
+    kept = drop_ignored(result.findings, {r.id: r for r in rule_set}, settings.per_model_ignores,
+                        settings.per_node_ignores, settings.project_root)
+    if write_to is not None:
+        write_baseline(write_to, kept)
+        typer.echo(f"precaudit: wrote {len(kept)} finding{'s' * (len(kept) != 1)} to the baseline {write_to}", err=True)
+    match = apply_baseline(settings.baseline, kept, result.models) if settings.baseline else None
+    counted = match.new if match else kept
 
-    threshold = severity_rank(fail_on.value) if fail_on is not FailOn.never else 99
-    failing = any(severity_rank(f.severity) >= threshold for f in result.findings)
-    code = EXIT_ERROR if result.errors else EXIT_FINDINGS if failing else EXIT_CLEAN
-    settings = {"dtype": target.name, "fail_on": fail_on.value, "keep_fp32": keep, "rules": list(rules),
-                "format": output_format.value}
-    _write(_render(result, settings, code, output_format, output is None and _color_ok(no_color)), output)
-    return code
+    threshold = severity_rank(settings.fail_on) if settings.fail_on != "never" else 99
+    failing = any(severity_rank(f.severity) >= threshold for f in counted)
+    accepted = exit_zero or write_to is not None  # a written baseline accepts what it holds
+    code = EXIT_ERROR if result.errors else EXIT_FINDINGS if failing and not accepted else EXIT_CLEAN
+    report_settings = {"dtype": target.name, "fail_on": settings.fail_on, "keep_fp32": settings.keep_fp32,
+                       "rules": settings.rules, "format": settings.format, "select": settings.select,
+                       "ignore": settings.ignore, "preview": settings.preview, "baseline": settings.baseline,
+                       "config_file": settings.config_file}
+    return Outcome(result=AuditResult(counted, result.errors, result.models), settings=report_settings,
+                   exit_code=code, rules=rule_set, root=repo_root(), ignored=len(result.findings) - len(kept),
+                   baseline=match)
 
 
-def _render(result, settings: dict, code: int, fmt: OutputFormat, color: bool) -> str:
-    if fmt is OutputFormat.json:
+def _target(settings):
+    from .dtypes import format_named
+    try:
+        return format_named(settings.dtype)
+    except KeyError as exc:  # a pyproject dtype was checked when the config was read, so this is the flag
+        raise typer.BadParameter(str(exc.args[0]), param_hint="'--dtype'") from None
+
+
+def _check_all_selectors(settings, rules) -> None:
+    """Every selector must name a rule; the error names the flag, or the pyproject file and key."""
+    from .selection import check_selectors
+
+    for name in ("select", "ignore"):
+        origin = settings.origins.get(name)
+        if origin == "command line":
+            check_selectors(getattr(settings, name), rules, None, f"--{name}")
+        else:
+            check_selectors(getattr(settings, name), rules, origin, f"[tool.precaudit] {name}")
+    for table in ("per_model_ignores", "per_node_ignores"):
+        for glob, selectors in getattr(settings, table).items():
+            key = f"[tool.precaudit] {table.replace('_', '-')}.\"{glob}\""
+            check_selectors(selectors, rules, settings.config_file, key)
+
+
+@app.command("rules")
+def list_rules(
+    rules: List[str] = typer.Option([], "--rules", metavar="PATH", help="Extra YAML rule file or folder to list too."),
+    output_format: ListFormat = typer.Option(ListFormat.text, "--format", "-f", help="text or json."),
+) -> int:
+    """List every rule: id, name, severity, whether it runs by default, summary."""
+    from .report.rule_docs import render_rule_json, render_rule_table
+
+    all_rules = _rules_for_docs(rules)
+    render = render_rule_json if output_format is ListFormat.json else render_rule_table
+    typer.echo(render(all_rules), nl=False)
+    return EXIT_CLEAN
+
+
+@app.command()
+def explain(
+    rule: str = typer.Argument(..., metavar="RULE", help="A rule id (PA101) or name (eps-underflow)."),
+    rules: List[str] = typer.Option([], "--rules", metavar="PATH", help="Extra YAML rule file or folder."),
+) -> int:
+    """Explain a rule: what it checks, a worked example in numbers, and the fix."""
+    from .errors import InputError
+    from .report.rule_docs import render_explanation
+
+    found = [r for r in _rules_for_docs(rules) if r.id == rule.upper() or r.name == rule]
+    if not found:
+        raise InputError(None, f"unknown rule '{rule}'; `precaudit rules` lists them")
+    typer.echo(render_explanation(found[0]), nl=False)
+    return EXIT_CLEAN
+
+
+def _rules_for_docs(extra: list[str]):
+    """Built-in rules plus the user's, from --rules or else the pyproject, so org rules are documented too."""
+    from .config import load_settings
+    from .rules.loader import load_rules
+
+    return load_rules(load_settings({"rules": list(extra)} if extra else {}).rules)
+
+
+def _split(entries: list[str]) -> list[str]:
+    """--select PA101,PA102 and --select PA101 --select PA102 mean the same."""
+    return [item.strip() for entry in entries for item in entry.split(",") if item.strip()]
+
+
+def _render(outcome, color: bool) -> str:
+    fmt = outcome.settings["format"]
+    if fmt == "json":
         from .report.json import render_json
-        return render_json(result, settings, code)
+        return render_json(outcome)
+    if fmt == "sarif":
+        from .report.sarif import render_sarif
+        return render_sarif(outcome)
+    if fmt == "github":
+        from .report.github import render_github
+        return render_github(outcome)
     from .report.text import render_text
-    return render_text(result, settings, color=color)
+    return render_text(outcome, color=color)
 
 
 def _write(text: str, output: Optional[Path]) -> None:

@@ -4,33 +4,39 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 
 from .. import __version__
-from ..audit import AuditResult
 from ..finding import SEVERITIES
+from .outcome import Outcome
 
 __all__ = ["SCHEMA_VERSION", "render_json", "report_document"]
 
 SCHEMA_VERSION = "1.0"
 
 
-def report_document(result: AuditResult, settings: dict, exit_code: int) -> dict:
+def report_document(outcome: Outcome) -> dict:
     """The report as plain data; render_json serializes it."""
+    result = outcome.result
     counts = {s: sum(1 for f in result.findings if f.severity == s) for s in SEVERITIES}
-    return {
+    doc = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "precaudit", "version": __version__},
-        "settings": settings,
+        "settings": outcome.settings,
         "models": result.models,
         "results": [f.to_dict() for f in result.findings],
         "errors": [{"file": e.file, "line": e.line, "message": e.problem} for e in result.errors],
         "summary": {"models": len(result.models), "findings": len(result.findings), **counts,
-                    "exit_code": exit_code},
+                    "exit_code": outcome.exit_code},
     }
+    if outcome.baseline is not None:
+        match = outcome.baseline
+        doc["baseline"] = {"file": match.file, "matched": match.matched, "stale": [asdict(e) for e in match.stale]}
+    return doc
 
 
-def render_json(result: AuditResult, settings: dict, exit_code: int) -> str:
-    return json.dumps(_strict(report_document(result, settings, exit_code)), indent=2, allow_nan=False) + "\n"
+def render_json(outcome: Outcome) -> str:
+    return json.dumps(_strict(report_document(outcome)), indent=2, allow_nan=False) + "\n"
 
 
 def _strict(value):

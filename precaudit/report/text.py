@@ -2,29 +2,32 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ..audit import AuditResult
 from ..finding import SEVERITIES
+from .locations import node_phrase
+from .outcome import Outcome
 
-__all__ = ["render_text", "summary_line"]
+__all__ = ["render_text", "render_statistics", "summary_line"]
 
 _COLORS = {"error": "31", "warning": "33", "info": "36"}
 
 
-def render_text(result: AuditResult, settings: dict, color: bool = False) -> str:
+def render_text(outcome: Outcome, color: bool = False) -> str:
     """The report a person reads in a terminal or a CI log."""
     def paint(text: str, code: str) -> str:
         return f"\033[{code}m{text}\033[0m" if color else text
 
+    result = outcome.result
     lines: list[str] = []
     for model in _models_in_order(result):
         findings = [f for f in result.findings if f.model == model]
         if not findings:
             continue
-        lines.append(paint(f"{model}", "1") + f"  (--dtype {settings['dtype']})")
+        lines.append(paint(f"{model}", "1") + f"  (--dtype {outcome.settings['dtype']})")
         for f in findings:
-            where = f"node '{f.node_name}' ({f.op_type})"
-            if f.scope:
-                where += f" in {f.scope}"
+            where = node_phrase(f)
             if f.source_file:
                 where = f"{f.source_file}:{f.source_line}  " + where
             lines.append(f"  {paint(f'{f.severity:<8}', _COLORS[f.severity])}{f.rule_id} {f.rule_name}  {where}")
@@ -34,7 +37,17 @@ def render_text(result: AuditResult, settings: dict, color: bool = False) -> str
             lines.append(f"          fix: {f.fix}")
         lines.append("")
     lines.append(summary_line(result))
+    lines.extend(_hidden_lines(outcome))
     return "\n".join(lines) + "\n"
+
+
+def render_statistics(outcome: Outcome) -> str:
+    """--statistics: one line per rule with its count, most frequent first, then the summary."""
+    counts = Counter((f.rule_id, f.rule_name, f.severity) for f in outcome.result.findings)
+    rows = sorted(counts.items(), key=lambda item: (-item[1], item[0][0]))
+    width = max((len(name) for (_, name, _), _ in rows), default=0)
+    lines = [f"{n:>5}  {rule_id:<6} {name:<{width}}  {severity}" for (rule_id, name, severity), n in rows]
+    return "\n".join([*lines, summary_line(outcome.result), *_hidden_lines(outcome)]) + "\n"
 
 
 def summary_line(result: AuditResult) -> str:
@@ -46,6 +59,24 @@ def summary_line(result: AuditResult) -> str:
     if result.errors:
         text += f"; {len(result.errors)} model{'s' * (len(result.errors) != 1)} could not be audited"
     return text + "."
+
+
+def _hidden_lines(outcome: Outcome) -> list[str]:
+    """Say what ignores and the baseline hid, and which baseline entries no longer match anything."""
+    lines = []
+    if outcome.ignored:
+        lines.append(f"{_count(outcome.ignored, 'finding')} ignored by per-model or per-node ignores.")
+    match = outcome.baseline
+    if match is not None:
+        lines.append(f"{_count(match.matched, 'finding')} already in the baseline {match.file}.")
+        for e in match.stale:
+            lines.append(f"stale baseline entry: {e.rule_id} at {e.model} node '{e.node_name}' no longer found; "
+                         f"rewrite the baseline with --write-baseline {match.file}")
+    return lines
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def _models_in_order(result: AuditResult) -> list[str]:

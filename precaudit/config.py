@@ -1,0 +1,180 @@
+"""Settings: [tool.precaudit] in the nearest pyproject.toml, overridden by command-line flags."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from .dtypes import format_named
+from .errors import InputError
+
+__all__ = ["Settings", "find_config", "load_settings", "FAIL_ON", "FORMATS"]
+
+FAIL_ON = ("error", "warning", "info", "never")
+FORMATS = ("text", "json", "sarif", "github")
+_TABLE = "[tool.precaudit]"
+
+
+@dataclass
+class Settings:
+    """The resolved configuration; origins says where each value came from (default, a file, or the command line)."""
+
+    dtype: str = "fp16"
+    keep_fp32: list[str] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)
+    format: str = "text"
+    fail_on: str = "error"
+    select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    preview: bool = False
+    baseline: str | None = None
+    per_model_ignores: dict[str, list[str]] = field(default_factory=dict)
+    per_node_ignores: dict[str, list[str]] = field(default_factory=dict)
+    config_file: str | None = None
+    origins: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def project_root(self) -> Path | None:
+        """Model globs in per-model-ignores are relative to this folder."""
+        return Path(self.config_file).resolve().parent if self.config_file else None
+
+    def describe(self) -> str:
+        """What --show-settings prints: every key, its value, and where the value came from."""
+        lines = [f"config file: {self.config_file or '(none: no pyproject.toml with [tool.precaudit] found)'}"]
+        for name in _KEYS:
+            value = getattr(self, name)
+            shown = _toml_value(value)
+            lines.append(f"{_key(name):<18} = {shown:<40} # {self.origins.get(name, 'default')}")
+        return "\n".join(lines) + "\n"
+
+
+def find_config(start: Path | None = None) -> Path | None:
+    """The nearest pyproject.toml with a [tool.precaudit] table, from start up to the repository root."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file() and "precaudit" in _read_toml(candidate).get("tool", {}):
+            return candidate
+        if (folder / ".git").exists():  # never pick up a config from outside the project
+            return None
+    return None
+
+
+def load_settings(cli: dict[str, Any], start: Path | None = None) -> Settings:
+    """Defaults < [tool.precaudit] < command-line flags; cli holds only the flags the user actually gave."""
+    settings = Settings()
+    config = find_config(start)
+    if config is not None:
+        settings.config_file = _display(config)
+        table = _read_toml(config)["tool"]["precaudit"]
+        for name, value in _validated(table, config).items():
+            setattr(settings, name, value)
+            settings.origins[name] = settings.config_file
+    for name, value in cli.items():
+        setattr(settings, name, value)
+        settings.origins[name] = "command line"
+    return settings
+
+
+_KEYS = [f.name for f in fields(Settings) if f.name not in ("config_file", "origins")]
+_PATHS = ("rules", "baseline")  # written relative to the pyproject.toml, so CI works from any folder
+
+
+def _key(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(_display(path), f"invalid TOML: {exc}") from None
+    except OSError as exc:
+        raise InputError(_display(path), f"cannot read: {exc.strerror or exc}") from None
+
+
+def _validated(table: Any, path: Path) -> dict[str, Any]:
+    """Check every key's type and value; the error names the file and the key."""
+    def fail(key: str, problem: str) -> InputError:
+        return InputError(_display(path), f"{_TABLE} {key}: {problem}")
+
+    if not isinstance(table, dict):
+        raise InputError(_display(path), f"{_TABLE} must be a table")
+    known = {_key(n): n for n in _KEYS}
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in known:
+            raise fail(key, f"unknown key (allowed: {', '.join(known)})")
+        name = known[key]
+        out[name] = _check(name, value, lambda problem, k=key: fail(k, problem))
+        if name in _PATHS and out[name] is not None:
+            out[name] = _relative_to(path.parent, out[name])
+    return out
+
+
+def _check(name: str, value: Any, fail) -> Any:
+    default = getattr(Settings(), name)
+    if name in ("per_model_ignores", "per_node_ignores"):
+        if not isinstance(value, dict):
+            raise fail('must be a table of glob = ["rule", ...]')
+        for glob, selectors in value.items():
+            if not _strings(selectors):
+                raise fail(f"'{glob}' must map to a list of rule ids, names or prefixes")
+        return {glob: list(selectors) for glob, selectors in value.items()}
+    if isinstance(default, list):
+        if not _strings(value):
+            raise fail("must be a list of strings")
+        return list(value)
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise fail(f"must be true or false, got {value!r}")
+        return value
+    if not isinstance(value, str):
+        raise fail(f"must be a string, got {value!r}")
+    if name == "dtype":
+        try:
+            format_named(value)
+        except KeyError as exc:
+            raise fail(str(exc.args[0])) from None
+    allowed = {"fail_on": FAIL_ON, "format": FORMATS}.get(name)
+    if allowed and value not in allowed:
+        raise fail(f"must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _relative_to(folder: Path, value: str | list[str]) -> str | list[str]:
+    if isinstance(value, list):
+        return [_relative_to(folder, v) for v in value]
+    return value if Path(value).is_absolute() else _display(folder / value)
+
+
+def _display(path: Path) -> str:
+    """Paths as the user would type them from the working directory."""
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return str(path)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "(none)"
+    if isinstance(value, list):
+        return "[" + ", ".join(f'"{v}"' for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f'"{k}" = {_toml_value(v)}' for k, v in value.items()) + "}"
+    return f'"{value}"'

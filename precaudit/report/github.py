@@ -1,0 +1,41 @@
+"""GitHub Actions workflow commands: one ::error / ::warning / ::notice annotation per finding."""
+
+from __future__ import annotations
+
+from .locations import full_message, relative_path
+from .outcome import Outcome
+from .text import summary_line
+
+__all__ = ["render_github", "escape_data", "escape_property"]
+
+_COMMANDS = {"error": "error", "warning": "warning", "info": "notice"}
+
+
+def render_github(outcome: Outcome) -> str:
+    """Annotations GitHub shows on the pull request, then the summary as a plain log line."""
+    lines = []
+    for f in outcome.result.findings:
+        # A PyTorch finding is annotated on its Python line; an ONNX finding on line 1 of the model file.
+        path, line = (f.source_file, f.source_line or 1) if f.source_file else (f.model, 1)
+        props = {"file": relative_path(path, outcome.root), "line": str(line), "title": f"{f.rule_id} {f.rule_name}"}
+        lines.append(_command(_COMMANDS[f.severity], props, full_message(f)))
+    for e in outcome.result.errors:
+        props = {"file": relative_path(e.file, outcome.root)} if e.file else {}
+        lines.append(_command("error", {**props, "title": "precaudit could not audit this model"}, e.problem))
+    lines.append(summary_line(outcome.result))
+    return "\n".join(lines) + "\n"
+
+
+def _command(name: str, props: dict[str, str], message: str) -> str:
+    rendered = ",".join(f"{k}={escape_property(v)}" for k, v in props.items())
+    return f"::{name} {rendered}::{escape_data(message)}"
+
+
+def escape_data(text: str) -> str:
+    """GitHub's escaping for a command's message: % first, then the line breaks that would end the command."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """Property values also escape the , and : that separate properties."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
