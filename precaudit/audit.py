@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .analysis.compute_dtype import DtypeResolver
-from .analysis.decomposed import find_decomposed_norms
-from .analysis.sites import Site, find_sites
+from .analysis.collect import collect_sites
 from .dtypes import Format
 from .errors import InputError
 from .finding import Finding
@@ -15,7 +14,7 @@ from .ir import Graph
 from .rules.engine import apply_rules
 from .rules.loader import Rule
 
-__all__ = ["AuditResult", "audit_models", "collect_sites", "load_graph"]
+__all__ = ["AuditResult", "audit_models", "load_graph"]
 
 
 @dataclass
@@ -34,13 +33,6 @@ def load_graph(path: str) -> Graph:
     raise InputError(path, "unsupported model type: precaudit reads .onnx files")
 
 
-def collect_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
-    """Fused-op sites and recognized chains, in graph order."""
-    order = {id(node): i for i, node in enumerate(graph.nodes)}
-    sites = find_sites(graph, resolver) + find_decomposed_norms(graph, resolver)
-    return sorted(sites, key=lambda s: order[id(s.node)])
-
-
 def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32: list[str]) -> AuditResult:
     """Audit each model; a model that fails to load is recorded as an error and the rest go on."""
     result = AuditResult()
@@ -48,7 +40,8 @@ def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32:
         try:
             graph = load_graph(path)
             resolver = DtypeResolver(graph, target, keep_fp32)
-            result.findings.extend(apply_rules(rules, collect_sites(graph, resolver), path))
+            patterns = {rule.id: rule.pattern for rule in rules if rule.pattern is not None}
+            result.findings.extend(apply_rules(rules, collect_sites(graph, resolver, patterns), path))
         except InputError as exc:
             result.errors.append(exc)
             continue

@@ -72,6 +72,7 @@ class Graph:
     outputs: list[Value] = field(default_factory=list)
     stored_float: str | None = None  # dominant float dtype of the stored graph, for "model stored in X" reasons
     producer_name: str = ""
+    exporter: str = ""  # "torch-dynamo", "torch-torchscript", or the producer name: exporter facts depend on it
 
     def __iter__(self) -> Iterator[Node]:
         return iter(self.nodes)

@@ -237,4 +237,5 @@ def test_readme_example_model(tmp_path):
     code, report = run_json([example], "--dtype", "fp16", out_dir=tmp_path)
     assert code == 1
     assert [(r["rule_id"], r["node_name"]) for r in report["results"]] == [
-        ("PA101", "/attn_norm/Add"), ("PA201", "/attn/Log"), ("PA102", "/mlp_norm/Add"), ("PA105", "/head/LpNormalization")]
+        ("PA101", "/attn_norm/Add"), ("PA208", "/attn_norm/Add"), ("PA201", "/attn/Log"),
+        ("PA102", "/mlp_norm/Add"), ("PA208", "/mlp_norm/Add"), ("PA105", "/head/LpNormalization")]

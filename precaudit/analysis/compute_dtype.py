@@ -33,8 +33,8 @@ class DtypeResolver:
         self.graph = graph
         self.target = target
         self.keep_fp32 = list(keep_fp32)
-        self._pinned: dict[int, str] = {}  # id(value) -> name of the Cast-to-float32 node that pins it
-        self._propagate_pins()
+        self._cast_origin: dict[int, tuple[str, str]] = {}  # id(value) -> (Cast node name, dtype it cast to)
+        self._propagate_casts()
 
     def kept_by(self, node: Node) -> str | None:
         """The --keep-fp32 entry (op type, node name or glob) that keeps this node in float32, if any."""
@@ -47,17 +47,17 @@ class DtypeResolver:
         """The dtype a float value is held in during the audited run; None for non-float values."""
         if value.dtype not in _FLOAT_NAMES:
             return None
-        producer = value.producer
+        cast, cast_to = self._cast_origin.get(id(value), (None, None))
         if value.dtype != "fp32":
             fmt = FORMATS[value.dtype]
-            if producer is not None and producer.op_type == "Cast":
-                return ComputeDtype(fmt, f"Cast to {fmt.long_name} at node '{producer.name}'")
+            if cast is not None and cast_to == value.dtype:
+                return ComputeDtype(fmt, f"after Cast to {fmt.long_name} at node '{cast}'")
             return ComputeDtype(fmt, f"model stored in {fmt.long_name}")
         if self.target.name == "fp32":
             return ComputeDtype(self.target, "model stored in float32, --dtype fp32")
-        pin = self._pinned.get(id(value))
-        if pin is not None:
-            return ComputeDtype(FORMATS["fp32"], f"after Cast to float32 at node '{pin}'")
+        if cast is not None and cast_to == "fp32":
+            # an explicit upcast marks an intended float32 island (HF RMSNorm, T5 LayerNorm)
+            return ComputeDtype(FORMATS["fp32"], f"after Cast to float32 at node '{cast}'")
         return ComputeDtype(self.target, f"--dtype {self.target.name}: float32 tensors run as {self.target.long_name}")
 
     def of_node(self, node: Node) -> ComputeDtype | None:
@@ -87,15 +87,17 @@ class DtypeResolver:
             return ComputeDtype(inner.fmt, f"stash_type={stash_type} is no float type, so the input dtype applies: {inner.reason}")
         return ComputeDtype(fmt, f"stash_type={stash_type} ({fmt.long_name})")
 
-    def _propagate_pins(self) -> None:
+    def _propagate_casts(self) -> None:
+        """Remember, for each value, the Cast that set its dtype, until another Cast or a kept node."""
         for node in self.graph.nodes:
             if node.op_type == "Cast":
-                pin = node.name if node.attr("to") == 1 else None
+                fmt = format_of_onnx_type(node.attr("to", 0))
+                origin = (node.name, fmt.name) if fmt is not None else None
             elif self.kept_by(node) is not None:
-                pin = None  # a converter casts a kept node's outputs back to the target dtype
+                origin = None  # a converter casts a kept node's outputs back to the target dtype
             else:
-                pin = next((self._pinned[id(v)] for v in node.inputs
-                            if v is not None and not v.is_const and id(v) in self._pinned), None)
-            if pin is not None:
+                origin = next((self._cast_origin[id(v)] for v in node.inputs
+                               if v is not None and not v.is_const and id(v) in self._cast_origin), None)
+            if origin is not None:
                 for out in node.outputs:
-                    self._pinned[id(out)] = pin
+                    self._cast_origin[id(out)] = origin

@@ -11,8 +11,11 @@ from ..dtypes import FORMATS, classify, round_to_format
 from ..ir import Graph, Node, Value
 from .compute_dtype import ComputeDtype, DtypeResolver
 from .fused_norms import FUSED_NORMS, NormSpec
+from .pattern import OpP, match_node
+from .signs import SignAnalysis
 
-__all__ = ["Site", "FACT_NAMES", "find_sites", "eps_facts", "dtype_facts", "scalar_of"]
+__all__ = ["Site", "FACT_NAMES", "PATTERN_FACTS", "find_sites", "find_pattern_sites", "eps_facts", "dtype_facts",
+           "scalar_of"]
 
 # Single ops audited for what they do with their input; the site kind is the lower-case op name.
 _OP_SITES = {"Softmax", "LogSoftmax", "Log", "Sqrt", "Reciprocal", "Div", "Exp", "Pow"}
@@ -20,15 +23,18 @@ _OP_SITES = {"Softmax", "LogSoftmax", "Log", "Sqrt", "Reciprocal", "Div", "Exp",
 # The facts each site kind carries: the names a rule condition or message may use.
 _DTYPE_FACTS = {"compute_dtype", "compute_reason", "target_dtype", *FORMATS["fp32"].numbers()}
 _EPS_FACTS = {"has_eps", "eps", "eps_rounded", "eps_class", "eps_source", "eps_role", "eps_placement", "keep_hint"}
-_OP_FACTS = {"op", "input_op", *_DTYPE_FACTS}
+_OP_FACTS = {"op", "input_op", "input_class", "in_norm_chain", *_DTYPE_FACTS}
 FACT_NAMES: dict[str, set[str]] = {
-    "norm": {"norm", "op", *_EPS_FACTS, *_DTYPE_FACTS},
+    "norm": {"norm", "op", "missing_note", "stat_dtype", "stat_square_overflow", *_EPS_FACTS, *_DTYPE_FACTS},
     **{op.lower(): set(_OP_FACTS) for op in _OP_SITES},
 }
-FACT_NAMES["div"].add("divisor_op")
+FACT_NAMES["div"] |= {"divisor_op", "divisor_class"}
+FACT_NAMES["reciprocal"] |= {"divisor_op", "divisor_class"}
 FACT_NAMES["pow"].add("exponent")
 FACT_NAMES["softmax"].add("axis")
 FACT_NAMES["logsoftmax"].add("axis")
+# Facts of a site made by a rule's op pattern, besides the names the pattern binds.
+PATTERN_FACTS = {"op", "input_op", *_DTYPE_FACTS}
 _TRANSPARENT = {"Cast", "Identity"}  # ops a pattern looks through when asking "what feeds this?"
 
 
@@ -36,12 +42,13 @@ _TRANSPARENT = {"Cast", "Identity"}  # ops a pattern looks through when asking "
 class Site:
     """A node (or chain of nodes) a rule can judge, and the facts it is judged on."""
 
-    kind: str  # "norm", or the lower-cased op name for single-op sites
+    kind: str  # "norm", "pattern", or the lower-cased op name for single-op sites
     node: Node  # the node a finding points at
     facts: dict[str, Any] = field(default_factory=dict)
+    rule_id: str | None = None  # a pattern site belongs to the one rule whose pattern made it
 
 
-def find_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
+def find_sites(graph: Graph, resolver: DtypeResolver, signs: SignAnalysis) -> list[Site]:
     """Every fused-norm and single-op site of the graph, in graph order."""
     sites: list[Site] = []
     for node in graph.nodes:
@@ -51,7 +58,7 @@ def find_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
             if site is not None:
                 sites.append(site)
         elif node.op_type in _OP_SITES and node.domain in ("", "ai.onnx"):
-            site = _op_site(node, resolver)
+            site = _op_site(node, resolver, signs)
             if site is not None:
                 sites.append(site)
     return sites
@@ -83,10 +90,21 @@ def _norm_site(node: Node, spec: NormSpec, resolver: DtypeResolver) -> Site | No
         eps, source = float(node.attrs[spec.eps_attr]), f"attribute {spec.eps_attr}"
     else:
         eps, source = spec.eps_default, f"attribute {spec.eps_attr} absent: default {spec.eps_default:g}"
-    facts = {"norm": spec.norm, "op": node.op_type, "eps_source": source, "eps_role": spec.eps_role,
-             "keep_hint": node.op_type,
-             "eps_placement": spec.placement, **eps_facts(eps, dtype), **dtype_facts(dtype, resolver)}
+    facts = {"norm": _family(node, spec), "op": node.op_type, "eps_source": source, "eps_role": spec.eps_role,
+             "keep_hint": node.op_type, "eps_placement": spec.placement, "missing_note": "",
+             "stat_dtype": None, "stat_square_overflow": None,  # fused kernels choose their own accumulation
+             **eps_facts(eps, dtype), **dtype_facts(dtype, resolver)}
     return Site("norm", node, facts)
+
+
+def _family(node: Node, spec: NormSpec) -> str:
+    """torch exports GroupNorm as Reshape → InstanceNormalization → Reshape: name it as the user wrote it."""
+    if node.op_type == "InstanceNormalization" and node.input(0) is not None:
+        before = node.inputs[0].producer
+        after = [c.op_type for c in node.outputs[0].consumers]
+        if before is not None and before.op_type == "Reshape" and after == ["Reshape"]:
+            return "GroupNorm"
+    return spec.norm
 
 
 def _norm_dtype(node: Node, spec: NormSpec, resolver: DtypeResolver) -> ComputeDtype | None:
@@ -100,18 +118,37 @@ def _norm_dtype(node: Node, spec: NormSpec, resolver: DtypeResolver) -> ComputeD
     return resolver.of_node(node)
 
 
-def _op_site(node: Node, resolver: DtypeResolver) -> Site | None:
+def _op_site(node: Node, resolver: DtypeResolver, signs: SignAnalysis) -> Site | None:
     dtype = resolver.of_node(node)
     if dtype is None:
         return None
-    facts: dict[str, Any] = {"op": node.op_type, "input_op": _feeding_op(node.input(0)), **dtype_facts(dtype, resolver)}
-    if node.op_type == "Div":
-        facts["divisor_op"] = _feeding_op(node.input(1))
+    facts: dict[str, Any] = {"op": node.op_type, "input_op": _feeding_op(node.input(0)),
+                             "input_class": signs.of(node.input(0)), "in_norm_chain": False,
+                             **dtype_facts(dtype, resolver)}
+    if node.op_type in ("Div", "Reciprocal"):
+        divisor = node.input(1 if node.op_type == "Div" else 0)
+        facts["divisor_op"] = _feeding_op(divisor)
+        facts["divisor_class"] = signs.of(divisor)
     if node.op_type == "Pow":
         facts["exponent"] = scalar_of(node.input(1))
     if node.op_type in ("Softmax", "LogSoftmax"):
         facts["axis"] = node.attr("axis", -1 if (node.opset or 13) >= 13 else 1)
     return Site(node.op_type.lower(), node, facts)
+
+
+def find_pattern_sites(graph: Graph, resolver: DtypeResolver, rule_id: str, pattern: OpP) -> list[Site]:
+    """A site for every node the pattern matches, its facts the pattern's bindings."""
+    sites = []
+    for node in graph.nodes:
+        if node.op_type not in pattern.ops:
+            continue
+        result = match_node(pattern, node)
+        dtype = resolver.of_node(node)
+        if result.ok and dtype is not None:
+            facts = {"op": node.op_type, "input_op": _feeding_op(node.input(0)), **dtype_facts(dtype, resolver),
+                     **result.bindings}
+            sites.append(Site("pattern", node, facts, rule_id=rule_id))
+    return sites
 
 
 def _feeding_op(value: Value | None) -> str:

@@ -44,7 +44,17 @@ def load_onnx(path: str) -> Graph:
     builder.build(model.graph, graph, scope={}, subgraph_path="")
     _fill_missing_dtypes(graph)
     graph.stored_float = _dominant_float(graph)
+    graph.exporter = _exporter(model)
     return graph
+
+
+def _exporter(model: onnx.ModelProto) -> str:
+    """Which exporter wrote the model; the dynamo exporter leaves pkg.torch.onnx metadata on its nodes."""
+    if any(p.key.startswith("pkg.torch.onnx") for n in model.graph.node[:50] for p in n.metadata_props):
+        return "torch-dynamo"
+    if model.producer_name == "pytorch":
+        return "torch-torchscript"
+    return model.producer_name
 
 
 def _read_model(path: str) -> onnx.ModelProto:

@@ -18,6 +18,8 @@ def apply_rules(rules: Iterable[Rule], sites: list[Site], model: str) -> list[Fi
     findings: list[Finding] = []
     for site in sites:
         for rule in rules:
+            if site.rule_id is not None and site.rule_id != rule.id:
+                continue  # a pattern site belongs to its own rule
             if site.kind not in rule.sites or (rule.ops and site.node.op_type not in rule.ops):
                 continue
             env = {**site.facts, **rule.params}

@@ -9,7 +9,8 @@ from typing import Any
 
 import yaml
 
-from ..analysis.sites import FACT_NAMES
+from ..analysis.pattern import OpP, PatternError, compile_pattern, pattern_names, root_ops
+from ..analysis.sites import FACT_NAMES, PATTERN_FACTS
 from ..errors import InputError
 from ..finding import SEVERITIES
 from .condition import Condition, ConditionError, parse_condition, template_names
@@ -18,10 +19,11 @@ __all__ = ["Rule", "load_rules", "builtin_rules_dir"]
 
 _ID = re.compile(r"^[A-Z]{2,}[0-9]{3}$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
-_REQUIRED = ("id", "name", "severity", "summary", "sites", "condition", "message", "fix")
-_OPTIONAL = ("description", "ops", "params", "references", "example", "preview")
+_REQUIRED = ("id", "name", "severity", "summary", "condition", "message", "fix")
+_OPTIONAL = ("sites", "pattern", "description", "ops", "params", "references", "example", "preview")
 # What a user file may say about a built-in rule it overrides (same id, no name).
 _OVERRIDABLE = ("severity", "params", "preview", "message", "fix", "condition", "ops", "references")
+# (a user's override may not change sites or pattern: what a rule looks at is part of its identity)
 
 
 @dataclass
@@ -43,6 +45,7 @@ class Rule:
     example: str = ""
     preview: bool = False
     source: str = ""  # the file the rule (or its last override) came from
+    pattern: OpP | None = None  # an op pattern that makes the rule's own sites, instead of site kinds
 
 
 def builtin_rules_dir() -> Path:
@@ -131,14 +134,27 @@ def _build(data: dict, path: Path, lines: dict[str, int]) -> Rule:
         raise fail("name", f"'name' must be kebab-case, like eps-underflow; got {data['name']!r}")
     if data["severity"] not in SEVERITIES:
         raise fail("severity", f"'severity' must be one of {', '.join(SEVERITIES)}; got {data['severity']!r}")
-    sites = data["sites"] if isinstance(data["sites"], list) else [data["sites"]]
-    unknown = [s for s in sites if s not in FACT_NAMES]
-    if unknown or not sites:
-        raise fail("sites", f"unknown site kind {unknown[0] if unknown else '(none)'}; choose from {', '.join(sorted(FACT_NAMES))}")
+    if ("sites" in data) == ("pattern" in data):
+        raise fail("id", "a rule needs exactly one of 'sites' (site kinds) or 'pattern' (an op pattern)")
     params = data.get("params") or {}
     if not isinstance(params, dict) or not all(isinstance(v, (int, float, str, bool)) for v in params.values()):
         raise fail("params", "'params' must map names to numbers, strings or booleans")
-    known = set.intersection(*(FACT_NAMES[s] for s in sites)) | set(params)
+    pattern = None
+    if "pattern" in data:
+        try:
+            pattern = compile_pattern(data["pattern"])
+            root_ops(pattern)
+        except PatternError as exc:
+            raise fail("pattern", str(exc)) from None
+        sites = ["pattern"]
+        known = PATTERN_FACTS | pattern_names(pattern) | set(params)
+    else:
+        sites = data["sites"] if isinstance(data["sites"], list) else [data["sites"]]
+        unknown = [s for s in sites if s not in FACT_NAMES]
+        if unknown or not sites:
+            raise fail("sites", f"unknown site kind {unknown[0] if unknown else '(none)'}; "
+                                f"choose from {', '.join(sorted(FACT_NAMES))}")
+        known = set.intersection(*(FACT_NAMES[s] for s in sites)) | set(params)
     try:
         condition = parse_condition(data["condition"])
     except ConditionError as exc:
@@ -153,7 +169,7 @@ def _build(data: dict, path: Path, lines: dict[str, int]) -> Rule:
                 description=str(data.get("description") or "").strip(), ops=list(data.get("ops") or []),
                 params=params, references=list(data.get("references") or []),
                 example=str(data.get("example") or "").strip(), preview=bool(data.get("preview", False)),
-                source=str(path))
+                source=str(path), pattern=pattern)
 
 
 def _template(data: dict, key: str, fail) -> set[str]:

@@ -1,0 +1,27 @@
+"""All the sites of a graph for a rule set: fused ops, single ops, decomposed chains, pattern matches."""
+
+from __future__ import annotations
+
+from ..ir import Graph
+from .compute_dtype import DtypeResolver
+from .decomposed import find_decomposed_norms
+from .pattern import OpP
+from .signs import SignAnalysis
+from .sites import Site, find_pattern_sites, find_sites
+
+__all__ = ["collect_sites"]
+
+
+def collect_sites(graph: Graph, resolver: DtypeResolver, patterns: dict[str, OpP]) -> list[Site]:
+    """Sites in graph order; patterns maps a rule id to the op pattern that makes its sites."""
+    chains = find_decomposed_norms(graph, resolver)
+    sites = find_sites(graph, resolver, SignAnalysis())
+    for site in sites:
+        if site.kind != "norm":
+            # a division or sqrt that a recognized norm chain accounts for is judged by the norm rules
+            site.facts["in_norm_chain"] = id(site.node) in chains.claimed
+    sites += chains.sites
+    for rule_id, pattern in patterns.items():
+        sites += find_pattern_sites(graph, resolver, rule_id, pattern)
+    order = {id(node): i for i, node in enumerate(graph.nodes)}
+    return sorted(sites, key=lambda s: order[id(s.node)])

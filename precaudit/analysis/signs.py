@@ -1,0 +1,99 @@
+"""What sign a value can take, from the ops that made it: can it be exactly zero, can it go negative?
+
+The classes, from safest: positive (> 0 by construction: x + eps, clamp(min > 0), exp, softmax),
+nonneg (>= 0 and can be exactly 0: relu, abs, a square, a norm), signed (can be negative: a difference),
+unknown (anything else: graph inputs, matmuls). Underflow of exp/softmax/sigmoid to 0 is left to the rules
+about those idioms, so that one hazard gives one finding.
+"""
+
+from __future__ import annotations
+
+from ..ir import Node, Value
+from .constants import resolve_scalar
+
+__all__ = ["SignAnalysis"]
+
+_PASS = {"Cast", "Identity", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Flatten", "Transpose", "Gather",
+         "Slice", "Tile", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceSum", "Split"}
+_POSITIVE = {"Exp", "Softmax", "Sigmoid", "Softplus"}
+_NONNEG = {"Relu", "Abs", "ReduceL2", "ReduceSumSquare", "ReduceL1", "Sqrt", "LpNormalization"}
+_SIGNED = {"Sub", "Neg"}
+_ORDER = {"positive": 0, "nonneg": 1, "signed": 2, "unknown": 3}
+
+
+class SignAnalysis:
+    """Memoized sign classes of the values of one graph."""
+
+    def __init__(self) -> None:
+        self._memo: dict[int, str] = {}
+
+    def of(self, value: Value | None) -> str:
+        if value is None:
+            return "unknown"
+        key = id(value)
+        if key not in self._memo:
+            self._memo[key] = "unknown"  # guards against cycles (loop-carried values)
+            self._memo[key] = self._compute(value)
+        return self._memo[key]
+
+    def _compute(self, value: Value) -> str:
+        const = resolve_scalar(value)
+        if const is not None:
+            return "positive" if const.value > 0 else "nonneg" if const.value == 0 else "signed"
+        node = value.producer
+        if node is None:
+            return "unknown"
+        return self._of_node(node)
+
+    def _of_node(self, node: Node) -> str:
+        op = node.op_type
+        ins = [self.of(v) for v in node.inputs if v is not None]
+        if op in _POSITIVE:
+            return "positive"
+        if op in _NONNEG:
+            return "nonneg"
+        if op in _SIGNED:
+            return "signed"
+        if op == "Pow":
+            exponent = resolve_scalar(node.input(1))
+            if exponent is not None and exponent.value % 2 == 0:
+                return "positive" if ins[0] == "positive" else "nonneg"
+            return ins[0] if ins and ins[0] in ("positive", "nonneg") else "unknown"
+        if op == "Mul":
+            if node.input(0) is node.input(1):
+                return "nonneg"
+            return _worst(ins) if all(c in ("positive", "nonneg") for c in ins) else "unknown"
+        if op == "Add":
+            if all(c in ("positive", "nonneg") for c in ins):
+                return "positive" if "positive" in ins else "nonneg"
+            return "unknown"
+        if op in ("Max", "Clip"):
+            floor = self._floor(node)
+            if floor is not None:
+                return floor
+            return "unknown"
+        if op == "Div":
+            return _worst(ins) if all(c in ("positive", "nonneg") for c in ins) else "unknown"
+        if op == "Reciprocal":
+            return ins[0] if ins and ins[0] == "positive" else "unknown"
+        if op == "Concat":
+            return _worst(ins)
+        if op in _PASS and ins:
+            return ins[0]
+        return "unknown"
+
+    def _floor(self, node: Node) -> str | None:
+        """The sign a Max(x, c) or Clip(x, min=c) is guaranteed by its constant floor."""
+        if node.op_type == "Clip":
+            const = resolve_scalar(node.input(1)) if node.input(1) is not None else None
+            value = const.value if const is not None else node.attrs.get("min")
+        else:
+            consts = [resolve_scalar(v) for v in node.inputs[1:]] + [resolve_scalar(node.input(0))]
+            value = max((c.value for c in consts if c is not None), default=None)
+        if value is None:
+            return None
+        return "positive" if value > 0 else "nonneg" if value == 0 else None
+
+
+def _worst(classes: list[str]) -> str:
+    return max(classes, key=_ORDER.__getitem__) if classes else "unknown"
