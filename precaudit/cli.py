@@ -108,10 +108,13 @@ def check(
         raise InputError(None, "no model given: precaudit MODEL.onnx [MORE.onnx ...] [options]")
     if statistics and settings.format != "text":
         raise InputError(None, f"--statistics prints a table; it cannot be combined with --format {settings.format}")
-    inputs = [*models, *settings.rules, *([settings.baseline] if settings.baseline else [])]
-    for target_file in (output, write_baseline):
-        if target_file is not None and Path(target_file).resolve() in {Path(p).resolve() for p in inputs}:
-            raise InputError(str(target_file), "refusing to write the report over one of the inputs")
+    inputs = {Path(p).resolve() for p in [*models, *settings.rules]}
+    # Rewriting the baseline in place is how it is refreshed; the report must not overwrite it.
+    baseline_file = {Path(settings.baseline).resolve()} if settings.baseline else set()
+    if output is not None and output.resolve() in inputs | baseline_file:
+        raise InputError(str(output), "refusing to write the report over one of the inputs")
+    if write_baseline is not None and Path(write_baseline).resolve() in inputs:
+        raise InputError(write_baseline, "refusing to write the baseline over one of the inputs")
     outcome = _run(models, settings, write_baseline, exit_zero)
     if statistics:
         from .report.text import render_statistics
