@@ -1,8 +1,12 @@
-"""--format github: workflow-command annotations that GitHub shows on the pull request."""
+"""--format github: workflow-command annotations that GitHub shows on the pull request; the pre-commit hook."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
+import yaml
 
 from fixtures.onnx_builders import fused_norm, save
 from precaudit.cli import main
@@ -63,3 +67,9 @@ def test_a_model_that_cannot_be_read_is_an_error_annotation_and_exit_2(repo, cap
     assert main(["models/missing.onnx", "--format", "github", "-o", "annotations.txt"]) == 2
     lines = (repo / "annotations.txt").read_text().splitlines()
     assert lines[0] == "::error file=models/missing.onnx,title=precaudit could not audit this model::no such file"
+
+
+def test_pre_commit_hook_runs_precaudit_on_onnx_files():
+    (hook,) = yaml.safe_load((Path(__file__).resolve().parent.parent / ".pre-commit-hooks.yaml").read_text())
+    assert (hook["id"], hook["entry"], hook["language"]) == ("precaudit", "precaudit", "python")
+    assert re.search(hook["files"], "models/bert.onnx") and not re.search(hook["files"], "models/bert.onnx.data")
