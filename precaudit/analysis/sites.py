@@ -23,7 +23,7 @@ _OP_SITES = {"Softmax", "LogSoftmax", "Log", "Sqrt", "Reciprocal", "Div", "Exp",
 # The facts each site kind carries: the names a rule condition or message may use.
 _DTYPE_FACTS = {"compute_dtype", "compute_reason", "target_dtype", *FORMATS["fp32"].numbers()}
 _EPS_FACTS = {"has_eps", "eps", "eps_rounded", "eps_class", "eps_source", "eps_role", "eps_placement", "keep_hint"}
-_OP_FACTS = {"op", "input_op", "input_class", "in_norm_chain", *_DTYPE_FACTS}
+_OP_FACTS = {"op", "input_op", "input_class", "in_norm_chain", "selected_by_where", *_DTYPE_FACTS}
 FACT_NAMES: dict[str, set[str]] = {
     "norm": {"norm", "op", "missing_note", "stat_dtype", "stat_square_overflow", *_EPS_FACTS, *_DTYPE_FACTS},
     **{op.lower(): set(_OP_FACTS) for op in _OP_SITES},
@@ -124,6 +124,7 @@ def _op_site(node: Node, resolver: DtypeResolver, signs: SignAnalysis) -> Site |
         return None
     facts: dict[str, Any] = {"op": node.op_type, "input_op": _feeding_op(node.input(0)),
                              "input_class": signs.of(node.input(0)), "in_norm_chain": False,
+                             "selected_by_where": _selected_by_where(node),
                              **dtype_facts(dtype, resolver)}
     if node.op_type in ("Div", "Reciprocal"):
         divisor = node.input(1 if node.op_type == "Div" else 0)
@@ -149,6 +150,37 @@ def find_pattern_sites(graph: Graph, resolver: DtypeResolver, rule_id: str, patt
                      **result.bindings}
             sites.append(Site("pattern", node, facts, rule_id=rule_id))
     return sites
+
+
+# Elementwise ops a value can pass through on its way into a Where branch without being used otherwise.
+_ELEMENTWISE = {"Cast", "Identity", "Add", "Sub", "Mul", "Div", "Min", "Max", "Clip", "Floor", "Ceil", "Round", "Neg",
+                "Abs", "Expand", "Unsqueeze", "Squeeze", "Reshape"}
+
+
+def _selected_by_where(node: Node, depth: int = 12) -> bool:
+    """True when every use of the node's output ends in a branch of a Where (T5's relative-position log).
+
+    Such a value is computed for every element but kept only where the condition selects it, so an inf or
+    NaN in the other elements is thrown away.
+    """
+    frontier, seen = [node], set()
+    while frontier and depth > 0:
+        depth -= 1
+        next_frontier = []
+        for current in frontier:
+            for out in current.outputs:
+                if not out.consumers:
+                    return False  # reaches a graph output
+                for user in out.consumers:
+                    if user.op_type == "Where" and user.input(0) is not out:
+                        continue
+                    if user.op_type not in _ELEMENTWISE:
+                        return False
+                    if id(user) not in seen:
+                        seen.add(id(user))
+                        next_frontier.append(user)
+        frontier = next_frontier
+    return not frontier
 
 
 def _feeding_op(value: Value | None) -> str:
