@@ -7,12 +7,18 @@ import sys
 import traceback
 from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from typer.core import TyperGroup
 
 from . import __version__
+
+if TYPE_CHECKING:  # the heavy modules load only when a command needs them, so --version stays instant
+    from .config import Settings
+    from .dtypes import Format
+    from .report.outcome import Outcome
+    from .rules.loader import Rule
 
 __all__ = ["app", "main"]
 
@@ -125,7 +131,7 @@ def check(
     return outcome.exit_code
 
 
-def _run(models: list[str], settings, write_to: Optional[str], exit_zero: bool):
+def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_zero: bool) -> Outcome:
     """Select rules, audit, drop ignored and baselined findings, and decide the exit code."""
     from .audit import AuditResult, audit_models
     from .baseline import apply_baseline, write_baseline
@@ -163,7 +169,7 @@ def _run(models: list[str], settings, write_to: Optional[str], exit_zero: bool):
                    baseline=match)
 
 
-def _target(settings):
+def _target(settings: Settings) -> Format:
     from .dtypes import format_named
     try:
         return format_named(settings.dtype)
@@ -171,7 +177,7 @@ def _target(settings):
         raise typer.BadParameter(str(exc.args[0]), param_hint="'--dtype'") from None
 
 
-def _check_all_selectors(settings, rules) -> None:
+def _check_all_selectors(settings: Settings, rules: list[Rule]) -> None:
     """Every selector must name a rule; the error names the flag, or the pyproject file and key."""
     from .selection import check_selectors
 
@@ -217,7 +223,7 @@ def explain(
     return EXIT_CLEAN
 
 
-def _rules_for_docs(extra: list[str]):
+def _rules_for_docs(extra: list[str]) -> list[Rule]:
     """Built-in rules plus the user's, from --rules or else the pyproject, so org rules are documented too."""
     from .config import load_settings
     from .rules.loader import load_rules
@@ -230,7 +236,7 @@ def _split(entries: list[str]) -> list[str]:
     return [item.strip() for entry in entries for item in entry.split(",") if item.strip()]
 
 
-def _render(outcome, color: bool) -> str:
+def _render(outcome: Outcome, color: bool) -> str:
     fmt = outcome.settings["format"]
     if fmt == "json":
         from .report.json import render_json

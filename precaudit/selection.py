@@ -16,7 +16,7 @@ __all__ = ["selects", "selects_exactly", "check_selectors", "active_rules", "dro
 def selects(selector: str, rule: Rule) -> bool:
     """A selector is ALL, a rule id, a rule name, or an id prefix (PA, PA1)."""
     code = selector.upper()
-    return code == "ALL" or selector == rule.name or rule.id.startswith(code)
+    return bool(code) and (code == "ALL" or selector == rule.name or rule.id.startswith(code))
 
 
 def selects_exactly(selector: str, rule: Rule) -> bool:
