@@ -63,7 +63,8 @@ def _scan_root(root: Node, graph: Graph, resolver: DtypeResolver, scan: ChainSca
         else resolver.of_node(root)
     if dtype is None:
         return
-    facts = {"norm": _family(stat), "op": site_node.op_type, "eps_role": "eps", "eps_placement": placement,
+    # a root no division uses is a standard deviation, not a normalization
+    facts = {"norm": _family(stat) if divisions or placement == "missing" else "std", "op": site_node.op_type, "eps_role": "eps", "eps_placement": placement,
              "eps_source": eps.source if eps else "none in the graph",
              "missing_note": _OPTIMIZED_AWAY if placement == "missing" and graph.exporter == "torch-dynamo" else "",
              "keep_hint": _chain_glob(site_node, root), **_square_facts(stat, resolver),
