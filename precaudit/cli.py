@@ -223,6 +223,35 @@ def explain(
     return EXIT_CLEAN
 
 
+@app.command()
+def trace(
+    rule: str = typer.Argument(..., metavar="RULE", help="A rule id (PA203) or name (naive-softmax)."),
+    model: str = typer.Argument(..., metavar="MODEL", help="The model to trace the rule on."),
+    node: str = typer.Option("*", "--node", metavar="GLOB", help="Only nodes whose name matches this glob."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="Target dtype (default from config, else fp16)."),
+    keep_fp32: List[str] = typer.Option([], "--keep-fp32", metavar="OP_OR_NODE,..."),
+    rules: List[str] = typer.Option([], "--rules", metavar="PATH", help="Extra YAML rule file or folder."),
+) -> int:
+    """Show, node by node, why a rule fires or does not: the pattern step that failed, or the condition's values."""
+    from .analysis.compute_dtype import DtypeResolver
+    from .audit import load_graph
+    from .config import load_settings
+    from .errors import InputError
+    from .rules.trace import trace_rule
+
+    given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules)}
+    settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
+    found = [r for r in _rules_for_docs(settings.rules) if r.id == rule.upper() or r.name == rule]
+    if not found:
+        raise InputError(None, f"unknown rule '{rule}'; `precaudit rules` lists them")
+    graph = load_graph(model)
+    resolver = DtypeResolver(graph, _target(settings), settings.keep_fp32)
+    typer.echo(f"{found[0].id} {found[0].name} on {model} (--dtype {resolver.target.name})")
+    for line in trace_rule(graph, resolver, found[0], node):
+        typer.echo(f"  {line}")
+    return EXIT_CLEAN
+
+
 def _rules_for_docs(extra: list[str]) -> list[Rule]:
     """Built-in rules plus the user's, from --rules or else the pyproject, so org rules are documented too."""
     from .config import load_settings

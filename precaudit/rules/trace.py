@@ -1,0 +1,62 @@
+"""Why a rule did or did not fire at each candidate node: the match trace rule authors read."""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+
+from ..analysis.collect import collect_sites
+from ..analysis.compute_dtype import DtypeResolver
+from ..analysis.pattern import match_node
+from ..ir import Graph
+from .loader import Rule
+
+__all__ = ["trace_rule"]
+
+
+def trace_rule(graph: Graph, resolver: DtypeResolver, rule: Rule, node_glob: str = "*") -> list[str]:
+    """One line per candidate node: fired, or the first reason it did not."""
+    if rule.pattern is not None:
+        return _trace_pattern(graph, resolver, rule, node_glob)
+    lines = []
+    for site in collect_sites(graph, resolver, {}):
+        if site.kind not in rule.sites or not fnmatchcase(site.node.name, node_glob):
+            continue
+        where = f"node '{site.node.name}' ({site.node.op_type}, {site.kind} site)"
+        if rule.ops and site.node.op_type not in rule.ops:
+            lines.append(f"{where}: skipped, the rule applies to ops {', '.join(rule.ops)}")
+            continue
+        lines.append(f"{where}: {_verdict(rule, {**site.facts, **rule.params})}")
+    if not lines:
+        lines.append(f"no {' or '.join(rule.sites)} site in the graph{_glob_note(node_glob)}")
+    return lines
+
+
+def _trace_pattern(graph: Graph, resolver: DtypeResolver, rule: Rule, node_glob: str) -> list[str]:
+    lines = []
+    for node in graph.nodes:
+        if node.op_type not in rule.pattern.ops or not fnmatchcase(node.name, node_glob):
+            continue
+        result = match_node(rule.pattern, node)
+        where = f"node '{node.name}' ({node.op_type})"
+        if not result.ok:
+            lines.append(f"{where}: no match: {result.reason}")
+            continue
+        sites = [s for s in collect_sites(graph, resolver, {rule.id: rule.pattern}) if s.node is node]
+        if not sites:
+            lines.append(f"{where}: matched, but the node computes in no float dtype")
+            continue
+        lines.append(f"{where}: matched; {_verdict(rule, {**sites[0].facts, **rule.params})}")
+    if not lines:
+        lines.append(f"no {' or '.join(rule.pattern.ops)} node in the graph{_glob_note(node_glob)}")
+    return lines
+
+
+def _verdict(rule: Rule, env: dict) -> str:
+    values = ", ".join(f"{name}={env.get(name)!r}" for name in sorted(rule.condition.names))
+    if rule.condition.evaluate(env):
+        return f"FIRES ({values})" if values else "FIRES"
+    return f"condition `{rule.condition.text}` is false with {values}"
+
+
+def _glob_note(node_glob: str) -> str:
+    return f" whose name matches {node_glob!r}" if node_glob != "*" else ""

@@ -1,0 +1,47 @@
+"""`precaudit trace RULE MODEL`: why a rule fired or not, node by node."""
+
+from __future__ import annotations
+
+from fixtures.onnx_builders import chain_model, fused_norm, save
+from fixtures.PA203_naive_softmax import NAIVE, STABLE, _axes
+from precaudit.cli import main
+
+
+def _trace(capsys, *args) -> list[str]:
+    assert main(["trace", *map(str, args)]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_pattern_miss_names_the_failing_step(tmp_path, capsys):
+    model = save(_axes(STABLE), tmp_path / "stable.onnx")
+    lines = _trace(capsys, "naive-softmax", model)
+    assert lines[0].startswith("PA203 naive-softmax on")
+    assert lines[1] == "  node 'div' (Div): no match: input 0 of Exp 'e': found Sub 'xs', which the pattern excludes"
+
+
+def test_pattern_match_fires(tmp_path, capsys):
+    model = save(_axes(NAIVE), tmp_path / "naive.onnx")
+    assert _trace(capsys, "PA203", model)[1] == "  node 'div' (Div): matched; FIRES"
+
+
+def test_pattern_miss_on_the_wrong_producer(tmp_path, capsys):
+    model = save(chain_model([("Relu", ["x"], "r"), ("Log", ["r"], "log")]), tmp_path / "m.onnx")
+    assert _trace(capsys, "PA201", model)[1] == "  node 'log' (Log): no match: input 0 of Log 'log': expected Softmax, found Relu 'r'"
+
+
+def test_site_rule_shows_the_condition_values(tmp_path, capsys):
+    model = save(fused_norm("LayerNormalization", epsilon=1e-12), tmp_path / "ln.onnx")
+    line = _trace(capsys, "PA101", model)[1]
+    assert "node 'norm' (LayerNormalization, norm site): condition `has_eps and eps != 0 and eps_rounded == 0` is false" in line
+    assert "eps_rounded=9.999999960041972e-13" in line  # stash_type defaults to float32, where 1e-12 survives
+
+
+def test_node_glob_and_empty_result(tmp_path, capsys):
+    model = save(_axes(NAIVE), tmp_path / "naive.onnx")
+    assert _trace(capsys, "PA203", model, "--node", "nothing*")[1] == "  no Div node in the graph whose name matches 'nothing*'"
+
+
+def test_unknown_rule(tmp_path, capsys):
+    model = save(_axes(NAIVE), tmp_path / "naive.onnx")
+    assert main(["trace", "PA999", str(model)]) == 2
+    assert "unknown rule 'PA999'" in capsys.readouterr().err
