@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
+from pathlib import Path
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Finding", "SEVERITIES", "severity_rank"]
+__all__ = ["Finding", "SEVERITIES", "model_key", "severity_rank"]
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -14,6 +16,20 @@ SEVERITIES = ("error", "warning", "info")
 def severity_rank(severity: str) -> int:
     """Higher is worse: error 3, warning 2, info 1."""
     return {"error": 3, "warning": 2, "info": 1}.get(severity, 0)
+
+
+@lru_cache(maxsize=None)
+def model_key(path: str) -> str:
+    """The model's path relative to its repository (found from the file, not the working directory).
+
+    So a baseline written from the repo root still matches when CI runs from a subfolder; outside any
+    repository the file name stands in.
+    """
+    resolved = Path(path).resolve()
+    for folder in resolved.parents:
+        if (folder / ".git").exists():
+            return resolved.relative_to(folder).as_posix()
+    return resolved.name
 
 
 @dataclass
@@ -38,7 +54,7 @@ class Finding:
     def fingerprint(self) -> str:
         """Stable across re-exports: rule, model path and where (scope or node name), never a node index."""
         where = self.scope or self.node_name
-        key = "|".join([self.rule_id, self.model.replace("\\", "/"), where, str(self.values.get("eps"))])
+        key = "|".join([self.rule_id, model_key(self.model), where, str(self.values.get("eps"))])
         return hashlib.sha256(key.encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:

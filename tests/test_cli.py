@@ -69,16 +69,21 @@ def test_json_report_matches_schema(underflow, subnormal, tmp_path):
     assert first["values"]["eps_rounded"] == 0.0 and first["values"]["compute_dtype"] == "float16"
 
 
-def test_fingerprint_survives_reexport_with_other_node_order(tmp_path):
-    m1, _ = decomposed_layernorm(1e-12)
-    m2, _ = decomposed_layernorm(1e-12)
-    m2.graph.node.insert(0, onnx.helper.make_node("Identity", ["x"], ["unused"], name="extra"))
-    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
-    _, r1 = run_json([save(m1, tmp_path / "a/m.onnx")], out_dir=tmp_path / "a")
-    _, r2 = run_json([save(m2, tmp_path / "b/m.onnx")], out_dir=tmp_path / "b")
-    assert r1["results"][0]["fingerprint"] != ""
-    # same rule, same node name, same eps: only the model path differs, so only that changes the fingerprint
-    assert r1["results"][0]["values"] == r2["results"][0]["values"]
+def test_fingerprint_survives_reexport_and_another_working_folder(tmp_path, monkeypatch):
+    (tmp_path / ".git").mkdir()  # a repository: the fingerprint keys the model by its path inside it
+    (tmp_path / "models").mkdir()
+    m1, _ = decomposed_layernorm(1e-12, dtype="fp32")
+    _, r1 = run_json([save(m1, tmp_path / "models/m.onnx")], out_dir=tmp_path)
+    m2, _ = decomposed_layernorm(1e-12, dtype="fp32")
+    m2.graph.node.insert(0, onnx.helper.make_node("Identity", ["x"], ["unused"], name="extra"))  # node indices shift
+    save(m2, tmp_path / "models/m.onnx")
+    monkeypatch.chdir(tmp_path / "models")
+    _, r2 = run_json(["m.onnx"], out_dir=tmp_path)
+    assert [r["rule_id"] for r in r1["results"]] == ["PA101", "PA208"]
+    assert [r["fingerprint"] for r in r1["results"]] == [r["fingerprint"] for r in r2["results"]]
+    m3, _ = decomposed_layernorm(1e-9, dtype="fp32")  # another eps is another finding
+    _, r3 = run_json([save(m3, tmp_path / "models/m.onnx")], out_dir=tmp_path)
+    assert r3["results"][0]["fingerprint"] != r1["results"][0]["fingerprint"]
 
 
 def test_output_file_and_empty_stdout(underflow, tmp_path, capsys):
