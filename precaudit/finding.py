@@ -18,14 +18,17 @@ def severity_rank(severity: str) -> int:
     return {"error": 3, "warning": 2, "info": 1}.get(severity, 0)
 
 
-@lru_cache(maxsize=None)
 def model_key(path: str) -> str:
     """The model's path relative to its repository (found from the file, not the working directory).
 
     So a baseline written from the repo root still matches when CI runs from a subfolder; outside any
     repository the file name stands in.
     """
-    resolved = Path(path).resolve()
+    return _key_of_resolved(Path(path).resolve())  # resolve first: a relative path means another file elsewhere
+
+
+@lru_cache(maxsize=None)
+def _key_of_resolved(resolved: Path) -> str:
     for folder in resolved.parents:
         if (folder / ".git").exists():
             return resolved.relative_to(folder).as_posix()
