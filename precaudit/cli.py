@@ -224,9 +224,9 @@ def explain(
 
 
 @app.command()
-def trace(
+def match(
     rule: str = typer.Argument(..., metavar="RULE", help="A rule id (PA203) or name (naive-softmax)."),
-    model: str = typer.Argument(..., metavar="MODEL", help="The model to trace the rule on."),
+    model: str = typer.Argument(..., metavar="MODEL", help="The model to match the rule against."),
     node: str = typer.Option("*", "--node", metavar="GLOB", help="Only nodes whose name matches this glob."),
     dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="Target dtype (default from config, else fp16)."),
     keep_fp32: List[str] = typer.Option([], "--keep-fp32", metavar="OP_OR_NODE,..."),
@@ -237,7 +237,7 @@ def trace(
     from .audit import load_graph
     from .config import load_settings
     from .errors import InputError
-    from .rules.trace import trace_rule
+    from .rules.match_trace import trace_rule
 
     given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules)}
     settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})

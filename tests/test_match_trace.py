@@ -1,4 +1,4 @@
-"""`precaudit trace RULE MODEL`: why a rule fired or not, node by node."""
+"""`precaudit match RULE MODEL`: why a rule fired or not, node by node."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from precaudit.cli import main
 
 
 def _trace(capsys, *args) -> list[str]:
-    assert main(["trace", *map(str, args)]) == 0
+    assert main(["match", *map(str, args)]) == 0
     return capsys.readouterr().out.splitlines()
 
 
@@ -43,5 +43,5 @@ def test_node_glob_and_empty_result(tmp_path, capsys):
 
 def test_unknown_rule(tmp_path, capsys):
     model = save(_axes(NAIVE), tmp_path / "naive.onnx")
-    assert main(["trace", "PA999", str(model)]) == 2
+    assert main(["match", "PA999", str(model)]) == 2
     assert "unknown rule 'PA999'" in capsys.readouterr().err
