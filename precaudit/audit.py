@@ -11,6 +11,7 @@ from .errors import InputError
 from .finding import Finding
 from .frontends.onnx import load_onnx
 from .ir import Graph
+from .options import TorchOptions, TraceOptions
 from .rules.engine import apply_rules
 from .rules.loader import Rule
 
@@ -26,22 +27,33 @@ class AuditResult:
     models: list[str] = field(default_factory=list)  # every model audited successfully
 
 
-def load_graph(path: str) -> Graph:
-    """Pick the frontend by file type."""
+def load_graph(path: str, torch_options: TorchOptions | None = None) -> Graph:
+    """Pick the frontend by what the user named: an .onnx file, or a PyTorch model (imported lazily)."""
     if path.lower().endswith(".onnx"):
         return load_onnx(path)
-    raise InputError(path, "unsupported model type: precaudit reads .onnx files")
+    from .frontends.torch_input import is_torch_input, load_torch
+
+    if is_torch_input(path):
+        return load_torch(path, torch_options or TorchOptions())
+    raise InputError(path, "unsupported model type: precaudit reads .onnx files and PyTorch models "
+                           "(model.py:factory, package.module:factory, .pt2, TorchScript .pt)")
 
 
-def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32: list[str]) -> AuditResult:
+def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32: list[str],
+                 torch_options: TorchOptions | None = None, trace: TraceOptions | None = None) -> AuditResult:
     """Audit each model; a model that fails to load is recorded as an error and the rest go on."""
     result = AuditResult()
     for path in paths:
         try:
-            graph = load_graph(path)
+            graph = load_graph(path, torch_options)
             resolver = DtypeResolver(graph, target, keep_fp32)
             patterns = {rule.id: rule.pattern for rule in rules if rule.pattern is not None}
-            result.findings.extend(apply_rules(rules, collect_sites(graph, resolver, patterns), path))
+            sites = collect_sites(graph, resolver, patterns)
+            if trace is not None:
+                from .trace import traced_sites  # numpy emulation and onnxruntime load only in traced mode
+
+                sites += traced_sites(graph, resolver, trace)
+            result.findings.extend(apply_rules(rules, sites, path))
         except InputError as exc:
             result.errors.append(exc)
             continue

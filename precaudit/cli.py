@@ -17,6 +17,7 @@ from . import __version__
 if TYPE_CHECKING:  # the heavy modules load only when a command needs them, so --version stays instant
     from .config import Settings
     from .dtypes import Format
+    from .options import TorchOptions, TraceOptions
     from .report.outcome import Outcome
     from .rules.loader import Rule
 
@@ -71,7 +72,9 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 @app.command()
 def check(
-    models: List[str] = typer.Argument(None, metavar="MODEL...", help="ONNX model files to audit."),
+    models: List[str] = typer.Argument(None, metavar="MODEL...",
+                                       help="ONNX files, or PyTorch models: model.py:factory, package.module:factory, "
+                                            ".pt2 (torch.export), TorchScript .pt."),
     dtype: Optional[str] = typer.Option(None, "--dtype", "-d",
                                         help="Target dtype: fp16 (default), bf16, fp8-e4m3, fp8-e5m2 or fp32."),
     keep_fp32: List[str] = typer.Option([], "--keep-fp32", metavar="OP_OR_NODE,...",
@@ -95,6 +98,17 @@ def check(
     write_baseline: Optional[str] = typer.Option(None, "--write-baseline", metavar="FILE",
                                                  help="Accept the current findings: write them to FILE and exit 0."),
     show_settings: bool = typer.Option(False, "--show-settings", help="Print the resolved configuration and exit."),
+    trace: bool = typer.Option(False, "--trace", help="Run the model and emulate the target dtype op by op."),
+    inputs: Optional[str] = typer.Option(None, "--inputs", metavar="FILE.npz",
+                                         help="Traced mode: one array per graph input (else synthesized)."),
+    samples: int = typer.Option(1, "--samples", min=1, help="Traced mode: how many synthesized input batches."),
+    dim: List[str] = typer.Option([], "--dim", metavar="NAME=SIZE", help="Traced mode: size of a symbolic dim."),
+    seed: int = typer.Option(0, "--seed", help="Traced mode: seed for synthesized inputs."),
+    input_shape: List[str] = typer.Option([], "--input-shape", metavar="D0,D1,...",
+                                          help="PyTorch: shape of each forward() argument when the factory gives none."),
+    input_dtype: str = typer.Option("fp32", "--input-dtype", help="PyTorch: dtype of synthesized float inputs."),
+    trust_pickle: bool = typer.Option(False, "--trust-pickle",
+                                      help="PyTorch: allow unpickling a whole module (runs code from the file)."),
     no_color: bool = typer.Option(False, "--no-color", help="Plain text even on a terminal."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
 ) -> int:
@@ -121,7 +135,13 @@ def check(
         raise InputError(str(output), "refusing to write the report over one of the inputs")
     if write_baseline is not None and Path(write_baseline).resolve() in inputs:
         raise InputError(write_baseline, "refusing to write the baseline over one of the inputs")
-    outcome = _run(models, settings, write_baseline, exit_zero)
+    from .options import TorchOptions, TraceOptions
+
+    torch_options = TorchOptions(_shapes(input_shape), input_dtype, trust_pickle)
+    trace_options = TraceOptions(inputs, samples, _dims(dim), seed,
+                                 progress=settings.format == "text" and output is None and _color_ok(no_color)) \
+        if trace else None
+    outcome = _run(models, settings, write_baseline, exit_zero, torch_options, trace_options)
     if statistics:
         from .report.text import render_statistics
         text = render_statistics(outcome)
@@ -131,7 +151,8 @@ def check(
     return outcome.exit_code
 
 
-def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_zero: bool) -> Outcome:
+def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_zero: bool,
+         torch_options: TorchOptions, trace_options: Optional[TraceOptions]) -> Outcome:
     """Select rules, audit, drop ignored and baselined findings, and decide the exit code."""
     from .audit import AuditResult, audit_models
     from .baseline import apply_baseline, write_baseline
@@ -145,7 +166,7 @@ def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_ze
     all_rules = load_rules(settings.rules)
     _check_all_selectors(settings, all_rules)
     rule_set = active_rules(all_rules, settings.select, settings.ignore, settings.preview)
-    result = audit_models(models, target, rule_set, settings.keep_fp32)
+    result = audit_models(models, target, rule_set, settings.keep_fp32, torch_options, trace_options)
     for err in result.errors:
         typer.echo(f"precaudit: {err}", err=True)
     kept = drop_ignored(result.findings, {r.id: r for r in rule_set}, settings.per_model_ignores,
@@ -258,6 +279,25 @@ def _rules_for_docs(extra: list[str]) -> list[Rule]:
     from .rules.loader import load_rules
 
     return load_rules(load_settings({"rules": list(extra)} if extra else {}).rules)
+
+
+def _shapes(entries: list[str]) -> list[tuple[int, ...]]:
+    """--input-shape 2,8 --input-shape 2,8,16: one shape per forward() argument."""
+    try:
+        return [tuple(int(d) for d in entry.split(",") if d.strip()) for entry in entries]
+    except ValueError:
+        raise typer.BadParameter(f"shapes are comma-separated integers, got {entries}", param_hint="'--input-shape'") from None
+
+
+def _dims(entries: list[str]) -> dict[str, int]:
+    """--dim batch=2 --dim seq=128."""
+    dims = {}
+    for entry in entries:
+        name, _, size = entry.partition("=")
+        if not name or not size.isdigit():
+            raise typer.BadParameter(f"expected NAME=SIZE, got {entry!r}", param_hint="'--dim'")
+        dims[name.strip()] = int(size)
+    return dims
 
 
 def _split(entries: list[str]) -> list[str]:

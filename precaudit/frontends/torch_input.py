@@ -1,0 +1,29 @@
+"""Recognize a PyTorch input on the command line (without importing torch) and load it into the IR."""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import InputError
+from ..ir import Graph
+from ..options import TorchOptions
+
+__all__ = ["is_torch_input", "load_torch"]
+
+_FACTORY = re.compile(r"^(?P<target>[^:]+\.py|[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_]\w*)$")
+_FILES = (".pt2", ".pt", ".pth", ".ts")
+
+
+def is_torch_input(spec: str) -> bool:
+    """model.py:make_model, package.module:factory, or a .pt2 / TorchScript file."""
+    return spec.lower().endswith(_FILES) or bool(_FACTORY.match(spec))
+
+
+def load_torch(spec: str, options: TorchOptions) -> Graph:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise InputError(spec, "auditing a PyTorch model needs torch: pip install 'precaudit[torch]'") from None
+    from .torch_graph import load_torch_graph
+
+    return load_torch_graph(spec, options)

@@ -1,0 +1,27 @@
+"""Options a run passes down to the frontends and the traced mode, parsed once by the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["TorchOptions", "TraceOptions"]
+
+
+@dataclass
+class TorchOptions:
+    """How to turn a PyTorch input into a graph: example inputs when the factory gives none, and trust."""
+
+    input_shapes: list[tuple[int, ...]] = field(default_factory=list)  # one per forward() argument
+    input_dtype: str = "fp32"
+    trust_pickle: bool = False  # unpickling runs arbitrary code: only with the user's explicit word
+
+
+@dataclass
+class TraceOptions:
+    """Traced mode: run the model on inputs and emulate the target dtype op by op."""
+
+    inputs: str | None = None  # an .npz with one array per graph input; synthesized when None
+    samples: int = 1
+    dims: dict[str, int] = field(default_factory=dict)  # values for symbolic dims (--dim batch=2)
+    seed: int = 0
+    progress: bool = False  # a progress bar on a terminal; never in CI or with machine-readable output
