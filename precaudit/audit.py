@@ -14,6 +14,7 @@ from .ir import Graph
 from .options import TorchOptions, TraceOptions
 from .rules.engine import apply_rules
 from .rules.loader import Rule
+from .suppress import drop_suppressed
 
 __all__ = ["AuditResult", "audit_models", "load_graph"]
 
@@ -27,14 +28,14 @@ class AuditResult:
     models: list[str] = field(default_factory=list)  # every model audited successfully
 
 
-def load_graph(path: str, torch_options: TorchOptions | None = None) -> Graph:
+def load_graph(path: str, torch_options: TorchOptions | None = None, target: str = "fp16") -> Graph:
     """Pick the frontend by what the user named: an .onnx file, or a PyTorch model (imported lazily)."""
     if path.lower().endswith(".onnx"):
         return load_onnx(path)
     from .frontends.torch_input import is_torch_input, load_torch
 
     if is_torch_input(path):
-        return load_torch(path, torch_options or TorchOptions())
+        return load_torch(path, torch_options or TorchOptions(), target)
     raise InputError(path, "unsupported model type: precaudit reads .onnx files and PyTorch models "
                            "(model.py:factory, package.module:factory, .pt2, TorchScript .pt)")
 
@@ -45,7 +46,7 @@ def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32:
     result = AuditResult()
     for path in paths:
         try:
-            graph = load_graph(path, torch_options)
+            graph = load_graph(path, torch_options, target.name)
             resolver = DtypeResolver(graph, target, keep_fp32)
             patterns = {rule.id: rule.pattern for rule in rules if rule.pattern is not None}
             sites = collect_sites(graph, resolver, patterns)
@@ -53,7 +54,7 @@ def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32:
                 from .trace import traced_sites  # numpy emulation and onnxruntime load only in traced mode
 
                 sites += traced_sites(graph, resolver, trace)
-            result.findings.extend(apply_rules(rules, sites, path))
+            result.findings.extend(drop_suppressed(apply_rules(rules, sites, path)))
         except InputError as exc:
             result.errors.append(exc)
             continue

@@ -265,8 +265,9 @@ def match(
     found = [r for r in _rules_for_docs(settings.rules) if r.id == rule.upper() or r.name == rule]
     if not found:
         raise InputError(None, f"unknown rule '{rule}'; `precaudit rules` lists them")
-    graph = load_graph(model)
-    resolver = DtypeResolver(graph, _target(settings), settings.keep_fp32)
+    target = _target(settings)
+    graph = load_graph(model, target=target.name)
+    resolver = DtypeResolver(graph, target, settings.keep_fp32)
     typer.echo(f"{found[0].id} {found[0].name} on {model} (--dtype {resolver.target.name})")
     for line in trace_rule(graph, resolver, found[0], node):
         typer.echo(f"  {line}")

@@ -73,6 +73,7 @@ class Graph:
     stored_float: str | None = None  # dominant float dtype of the stored graph, for "model stored in X" reasons
     producer_name: str = ""
     exporter: str = ""  # "torch-dynamo", "torch-torchscript", or the producer name: exporter facts depend on it
+    module_eps: dict[str, str] = field(default_factory=dict)  # module path -> "LayerNorm.eps = 1e-12" (torch)
 
     def __iter__(self) -> Iterator[Node]:
         return iter(self.nodes)

@@ -21,6 +21,11 @@ def collect_sites(graph: Graph, resolver: DtypeResolver, patterns: dict[str, OpP
             # a division or sqrt that a recognized norm chain accounts for is judged by the norm rules
             site.facts["in_norm_chain"] = id(site.node) in chains.claimed
     sites += chains.sites
+    for site in sites:
+        owner = graph.module_eps.get(site.node.scope or "")
+        if site.kind == "norm" and owner:
+            where = f"'{site.node.scope}'" if site.node.scope else "the top module"
+            site.facts["eps_source"] += f", from {owner} in {where}"  # the attribute the user changes
     for rule_id, pattern in patterns.items():
         sites += find_pattern_sites(graph, resolver, rule_id, pattern)
     order = {id(node): i for i, node in enumerate(graph.nodes)}

@@ -18,7 +18,8 @@ __all__ = ["ChainScan", "find_decomposed_norms"]
 
 _CASTS = {"Cast", "Identity"}
 _SHAPE_ONLY = {"Cast", "Identity", "Expand", "Reshape", "Unsqueeze", "Squeeze"}
-_STATISTICS = {"ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL2"}
+# ReduceVar is the torch frontend's name for aten.var / var_mean / std: not an ONNX op, but a statistic.
+_STATISTICS = {"ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL2", "ReduceVar"}
 _OPTIMIZED_AWAY = ("; torch.onnx's dynamo exporter deletes Add(x, c) when |c| <= 1e-8, so a tiny eps written in the "
                    "source may have been optimized away")
 
@@ -180,6 +181,8 @@ def _family(stat: Node | None) -> str:
         return "norm"
     if stat.op_type in ("ReduceSumSquare", "ReduceL2"):
         return "L2Norm"
+    if stat.op_type == "ReduceVar":
+        return "LayerNorm"
     square = _producer(stat.input(0))
     if square is None or not _is_square(square):
         return "norm"

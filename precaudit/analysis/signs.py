@@ -16,7 +16,7 @@ __all__ = ["SignAnalysis"]
 _PASS = {"Cast", "Identity", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Flatten", "Transpose", "Gather",
          "Slice", "Tile", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceSum", "Split"}
 _POSITIVE = {"Exp", "Softmax", "Sigmoid", "Softplus"}
-_NONNEG = {"Relu", "Abs", "ReduceL2", "ReduceSumSquare", "ReduceL1", "Sqrt", "LpNormalization"}
+_NONNEG = {"Relu", "Abs", "ReduceL2", "ReduceSumSquare", "ReduceL1", "ReduceVar", "Sqrt", "LpNormalization"}
 _SIGNED = {"Sub", "Neg"}
 _ORDER = {"positive": 0, "nonneg": 1, "signed": 2, "unknown": 3}
 

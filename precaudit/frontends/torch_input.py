@@ -19,11 +19,12 @@ def is_torch_input(spec: str) -> bool:
     return spec.lower().endswith(_FILES) or bool(_FACTORY.match(spec))
 
 
-def load_torch(spec: str, options: TorchOptions) -> Graph:
+def load_torch(spec: str, options: TorchOptions, target: str) -> Graph:
+    """Import torch only now: ONNX audits and --version never pay for it."""
     try:
         import torch  # noqa: F401
     except ImportError:
         raise InputError(spec, "auditing a PyTorch model needs torch: pip install 'precaudit[torch]'") from None
     from .torch_graph import load_torch_graph
 
-    return load_torch_graph(spec, options)
+    return load_torch_graph(spec, options, target)

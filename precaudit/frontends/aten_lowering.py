@@ -1,0 +1,332 @@
+"""Lower a torch.export ATen graph into the IR, with ONNX op names, so the same sites and rules apply.
+
+Only the ops the analysis reads are translated (norms, softmax, log/exp/sqrt, arithmetic, reductions, casts,
+clamps, shape ops); every other op keeps its ATen name, so producers and consumers still link up.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..ir import Graph, Node, Value
+
+__all__ = ["lower_exported_program", "TORCH_DTYPES"]
+
+TORCH_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.float64: "fp64",
+                torch.float8_e4m3fn: "fp8-e4m3", torch.float8_e5m2: "fp8-e5m2"}
+_ONNX_ELEM = {"fp32": 1, "fp16": 10, "fp64": 11, "bf16": 16, "fp8-e4m3": 17, "fp8-e5m2": 19}
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+_LIBRARY = re.compile(r"[/\\](site-packages|dist-packages|lib/python3\.\d+)[/\\]|^<")
+_MAX_CONST = 64  # parameters and buffers are read only when this small (an eps vector, never weights)
+
+
+def lower_exported_program(ep: "torch.export.ExportedProgram", path: str) -> Graph:
+    """Build the IR graph of an exported program: placeholders, call_function nodes, outputs."""
+    return _Lowering(ep, path).run()
+
+
+class _Lowering:
+    def __init__(self, ep, path: str):
+        self.ep = ep
+        self.graph = Graph(path=path, producer_name="torch.export", exporter="torch.export")
+        self.values: dict[str, Value | tuple] = {}  # fx node name -> Value (or tuple of Values)
+        self._n = 0
+        sig = ep.graph_signature
+        self.params = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
+        self.state = {**ep.state_dict, **getattr(ep, "constants", {})}
+
+    def run(self) -> Graph:
+        for fx in self.ep.graph.nodes:
+            if fx.op == "placeholder":
+                self.values[fx.name] = self._placeholder(fx)
+            elif fx.op == "call_function":
+                self._call(fx)
+            elif fx.op == "output":
+                outs = fx.args[0] if isinstance(fx.args[0], (list, tuple)) else [fx.args[0]]
+                self.graph.outputs = [v for v in (self._arg(a) for a in outs) if isinstance(v, Value)]
+        self.graph.stored_float = _dominant(self.graph)
+        return self.graph
+
+    # ---- values ------------------------------------------------------------------------------------------
+
+    def _placeholder(self, fx) -> Value:
+        value = Value(name=fx.name, dtype=_dtype(fx), shape=_shape(fx))
+        target = self.params.get(fx.name)
+        tensor = self.state.get(target) if target is not None else None
+        if tensor is not None and isinstance(tensor, torch.Tensor):
+            value.const_size = tensor.numel()
+            value.const_origin = f"parameter '{target}'"
+            value.const_loader = (lambda t=tensor: _numpy(t)) if tensor.numel() <= _MAX_CONST else (lambda: None)
+        else:
+            value.is_graph_input = True
+            self.graph.inputs.append(value)
+        return value
+
+    def _const(self, scalar: Any, like: Value | None) -> Value:
+        """A Python number in an ATen call: it takes the dtype of the tensor it meets (a wrapped number)."""
+        self._n += 1
+        value = Value(name=f"scalar_{self._n}", dtype=like.dtype if like is not None else "fp32", shape=())
+        value.const_loader = lambda: np.asarray(float(scalar), dtype=np.float64)
+        value.const_origin = f"the Python number {scalar!r}"
+        value.const_size = 1
+        return value
+
+    def _arg(self, a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            return self.values.get(a.name)
+        return a
+
+    # ---- nodes -------------------------------------------------------------------------------------------
+
+    def _call(self, fx) -> None:
+        name = _aten_name(fx.target)
+        if name == "getitem":
+            source = self.values.get(fx.args[0].name)
+            self.values[fx.name] = source[fx.args[1]] if isinstance(source, tuple) else source
+            return
+        handler = _HANDLERS.get(name)
+        args = [self._arg(a) for a in fx.args]
+        if handler is None:
+            self._emit(fx, name, [a for a in args if isinstance(a, Value)], {})
+            return
+        handler(self, fx, args)
+
+    def _emit(self, fx, op: str, inputs: list, attrs: dict, n_outputs: int = 1, dtype: str | None = None,
+              suffix: str = "") -> Node:
+        """One IR node for (part of) an fx node; scalars among the inputs become constants."""
+        like = next((v for v in inputs if isinstance(v, Value)), None)
+        ins = [v if isinstance(v, Value) or v is None else self._const(v, like) for v in inputs]
+        node = Node(name=fx.name + suffix, op_type=op, attrs=attrs, inputs=ins, opset=23)  # newest semantics
+        _source(node, fx)
+        for v in ins:
+            if v is not None:
+                v.consumers.append(node)
+        outs = []
+        metas = fx.meta.get("val")
+        for i in range(n_outputs):
+            meta = metas[i] if isinstance(metas, (list, tuple)) and i < len(metas) else metas
+            out = Value(name=f"{fx.name}{suffix}:{i}" if n_outputs > 1 else fx.name + suffix, producer=node,
+                        dtype=dtype or _dtype_of(meta) or (like.dtype if like is not None else None),
+                        shape=_shape_of(meta))
+            outs.append(out)
+        node.outputs = outs
+        self.graph.nodes.append(node)
+        self.values[fx.name] = outs[0] if n_outputs == 1 else tuple(outs)
+        return node
+
+
+def _simple(op: str, n_inputs: int | None = None) -> Callable:
+    def handle(low: _Lowering, fx, args):
+        ins = [a for a in (args if n_inputs is None else args[:n_inputs]) if isinstance(a, (Value, int, float))]
+        low._emit(fx, op, ins, {})
+    return handle
+
+
+def _binary(op: str) -> Callable:
+    def handle(low: _Lowering, fx, args):
+        a, b = args[0], args[1]
+        alpha = fx.kwargs.get("alpha", 1)
+        if alpha != 1 and isinstance(b, Value):  # x + alpha * y
+            mul = low._emit(fx, "Mul", [b, alpha], {}, suffix="/alpha")
+            b = mul.outputs[0]
+        low._emit(fx, op, [a, b], {})
+    return handle
+
+
+def _reduce(op: str) -> Callable:
+    def handle(low: _Lowering, fx, args):
+        dims = args[1] if len(args) > 1 else fx.kwargs.get("dim")
+        keep = args[2] if len(args) > 2 else fx.kwargs.get("keepdim", False)
+        low._emit(fx, op, [args[0]], {"axes": list(dims) if isinstance(dims, (list, tuple)) else dims,
+                                     "keepdims": int(bool(keep))})
+    return handle
+
+
+def _layer_norm(low, fx, args):
+    # PyTorch's layer_norm kernels accumulate half and bfloat16 statistics in float32: stash_type 1.
+    eps = args[4] if len(args) > 4 else fx.kwargs.get("eps", 1e-5)
+    low._emit(fx, "LayerNormalization", [args[0], args[2] if len(args) > 2 else None], {"epsilon": float(eps),
+                                                                                        "stash_type": 1})
+
+
+def _native_layer_norm(low, fx, args):
+    low._emit(fx, "LayerNormalization", [args[0], args[2]], {"epsilon": float(args[4]), "stash_type": 1},
+              n_outputs=3)
+
+
+def _rms_norm(low, fx, args):
+    eps = args[3] if len(args) > 3 else fx.kwargs.get("eps")
+    attrs = {"stash_type": 1}
+    if eps is not None:
+        attrs["epsilon"] = float(eps)
+    else:  # nn.RMSNorm(eps=None) uses the input dtype's machine epsilon
+        x = args[0]
+        attrs["epsilon"] = float(torch.finfo(_TORCH_OF.get(x.dtype, torch.float32)).eps)
+    low._emit(fx, "RMSNormalization", [args[0], args[2] if len(args) > 2 else None], attrs)
+
+
+def _group_norm(low, fx, args):
+    eps = args[4] if len(args) > 4 else fx.kwargs.get("eps", 1e-5)
+    low._emit(fx, "GroupNormalization", [args[0], args[2], args[3]], {"epsilon": float(eps), "num_groups": args[1],
+                                                                      "stash_type": 1})
+
+
+def _batch_norm(low, fx, args):
+    # (input, weight, bias, running_mean, running_var, [training,] momentum, eps, ...)
+    name = _aten_name(fx.target)
+    eps = args[6] if name == "_native_batch_norm_legit_no_training" else args[7]
+    low._emit(fx, "BatchNormalization", [args[0], args[1], args[2], args[3], args[4]], {"epsilon": float(eps)},
+              n_outputs=3 if name != "batch_norm" else 1)
+
+
+def _instance_norm(low, fx, args):
+    low._emit(fx, "InstanceNormalization", [args[0], args[1], args[2]], {"epsilon": float(args[7])})
+
+
+def _softmax(op: str) -> Callable:
+    def handle(low, fx, args):
+        low._emit(fx, op, [args[0]], {"axis": args[1]})
+    return handle
+
+
+def _rsqrt(low, fx, args):
+    sqrt = low._emit(fx, "Sqrt", [args[0]], {}, suffix="/sqrt")
+    low._emit(fx, "Reciprocal", [sqrt.outputs[0]], {})
+
+
+def _cast(low, fx, args):
+    dtype = fx.kwargs.get("dtype") or next((a for a in fx.args[1:] if isinstance(a, torch.dtype)), None)
+    fmt = TORCH_DTYPES.get(dtype)
+    if fmt is None:  # a device move or a cast to an integer type: no float dtype to honour
+        low._emit(fx, "Identity", [args[0]], {})
+        return
+    low._emit(fx, "Cast", [args[0]], {"to": _ONNX_ELEM[fmt]}, dtype=fmt)
+
+
+def _clamp(low, fx, args):
+    lo = args[1] if len(args) > 1 else fx.kwargs.get("min")
+    hi = args[2] if len(args) > 2 else fx.kwargs.get("max")
+    low._emit(fx, "Clip", [args[0], lo, hi], {})
+
+
+def _vector_norm(low, fx, args):
+    order = args[1] if len(args) > 1 else fx.kwargs.get("ord", 2)
+    dims = args[2] if len(args) > 2 else fx.kwargs.get("dim")
+    op = "ReduceL2" if order in (2, 2.0) else "aten.linalg_vector_norm"
+    low._emit(fx, op, [args[0]], {"axes": dims})
+
+
+def _var(low, fx, args):
+    low._emit(fx, "ReduceVar", [args[0]], {})
+
+
+def _var_mean(low, fx, args):
+    low._emit(fx, "ReduceVar", [args[0]], {}, n_outputs=2)
+
+
+def _std(low, fx, args):
+    var = low._emit(fx, "ReduceVar", [args[0]], {}, suffix="/var")
+    low._emit(fx, "Sqrt", [var.outputs[0]], {})
+
+
+def _div(low, fx, args):
+    low._emit(fx, "Div", [args[0], args[1]], {})
+
+
+_SHAPE = ["view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "permute", "transpose", "t", "expand",
+          "expand_as", "contiguous", "clone", "alias", "flatten", "slice", "select", "detach", "lift_fresh_copy"]
+_HANDLERS: dict[str, Callable] = {
+    "layer_norm": _layer_norm, "native_layer_norm": _native_layer_norm, "rms_norm": _rms_norm,
+    "group_norm": _group_norm, "native_group_norm": _group_norm, "batch_norm": _batch_norm,
+    "_native_batch_norm_legit_no_training": _batch_norm, "instance_norm": _instance_norm,
+    "softmax": _softmax("Softmax"), "_softmax": _softmax("Softmax"),
+    "log_softmax": _softmax("LogSoftmax"), "_log_softmax": _softmax("LogSoftmax"),
+    "log": _simple("Log"), "exp": _simple("Exp"), "sqrt": _simple("Sqrt"), "rsqrt": _rsqrt,
+    "reciprocal": _simple("Reciprocal"), "sigmoid": _simple("Sigmoid"), "relu": _simple("Relu"),
+    "abs": _simple("Abs"), "neg": _simple("Neg"), "softplus": _simple("Softplus", 1), "log1p": _simple("Log1p"),
+    "expm1": _simple("Expm1"), "div": _div, "true_divide": _div,
+    "add": _binary("Add"), "sub": _binary("Sub"), "rsub": lambda low, fx, a: low._emit(fx, "Sub", [a[1], a[0]], {}),
+    "mul": _binary("Mul"), "pow": _binary("Pow"), "square": lambda low, fx, a: low._emit(fx, "Mul", [a[0], a[0]], {}),
+    "maximum": _binary("Max"), "minimum": _binary("Min"),
+    "mean": _reduce("ReduceMean"), "sum": _reduce("ReduceSum"), "amax": _reduce("ReduceMax"),
+    "amin": _reduce("ReduceMin"), "var": _var, "var_mean": _var_mean, "std": _std,
+    "linalg_vector_norm": _vector_norm, "norm": _vector_norm,
+    "clamp": _clamp, "clamp_min": _clamp, "clip": _clamp,
+    "to": _cast, "_to_copy": _cast, "type_as": _simple("Identity", 1),
+    "where": _simple("Where"),
+    **{op: _simple("Reshape" if op not in ("expand", "expand_as") else "Expand", 1) for op in _SHAPE},
+}
+_TORCH_OF = {v: k for k, v in TORCH_DTYPES.items()}
+
+
+def _aten_name(target) -> str:
+    """aten.layer_norm.default -> layer_norm; operator.getitem -> getitem."""
+    text = str(target)
+    if text.startswith("aten."):
+        return text.split(".")[1]
+    return getattr(target, "__name__", text)
+
+
+def _dtype_of(meta) -> str | None:
+    dtype = getattr(meta, "dtype", None)
+    if dtype is None:
+        return None
+    return TORCH_DTYPES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def _shape_of(meta) -> tuple | None:
+    shape = getattr(meta, "shape", None)
+    return tuple(int(d) if str(d).isdigit() else str(d) for d in shape) if shape is not None else None
+
+
+def _dtype(fx) -> str | None:
+    return _dtype_of(fx.meta.get("val"))
+
+
+def _shape(fx) -> tuple | None:
+    return _shape_of(fx.meta.get("val"))
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to(torch.float64).cpu().numpy() if t.is_floating_point() else t.detach().cpu().numpy()
+
+
+def _source(node: Node, fx) -> None:
+    """Module path from nn_module_stack, Python file:line from the stack trace (innermost user frame)."""
+    stack = fx.meta.get("nn_module_stack") or {}
+    if stack:
+        path = list(stack.values())[-1][0]
+        node.scope = _clean_path(path) or None
+    frames = _FRAME.findall(fx.meta.get("stack_trace") or "")
+    if frames:
+        user = [f for f in frames if not _LIBRARY.search(f[0])]
+        file, line = (user or frames)[-1]
+        node.source_file, node.source_line = _relative(file), int(line)
+
+
+def _relative(file: str) -> str:
+    """Source paths relative to the working directory when inside it: what editors and CI annotations expect."""
+    try:
+        return Path(file).resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return file
+
+
+def _clean_path(path: str) -> str:
+    """L['self'].encoder.layer[0] (strict export) or encoder.layer.0 -> encoder.layer.0."""
+    path = re.sub(r"^L\['self'\]\.?", "", path)
+    return re.sub(r"\[(\w+)\]", r".\1", path).replace("._modules['", ".").replace("']", "")
+
+
+def _dominant(graph: Graph) -> str | None:
+    counts: dict[str, int] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            if v is not None and v.dtype in _ONNX_ELEM:
+                counts[v.dtype] = counts.get(v.dtype, 0) + 1
+    return max(counts, key=counts.get) if counts else None

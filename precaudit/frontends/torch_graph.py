@@ -1,0 +1,255 @@
+"""Load a PyTorch model — a factory, a torch.export .pt2, TorchScript — and capture it as an IR graph.
+
+--dtype semantics for a module: the module is converted with `model.to(dtype)` (fp16, bf16) before capture,
+so its explicit upcasts (`x.float()`, `.to(torch.float32)`) survive as casts in the graph; fp32 capture would
+drop them as no-ops. fp8 targets capture in float32 and apply the same "float32 runs as the target" rule as
+for ONNX graphs. Autocast is not emulated: it keeps norms and softmax in float32 by op lists of its own, which
+is what the fused-op stash rules already model for LayerNorm/GroupNorm/RMSNorm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import io
+import logging
+import pickle
+import sys
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import InputError
+from ..ir import Graph
+from ..options import TorchOptions
+from .aten_lowering import lower_exported_program
+
+__all__ = ["load_torch_graph"]
+
+_CAPTURE_IN = {"fp16": torch.float16, "bf16": torch.bfloat16}
+_INPUT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
+_EPS_ATTRS = ("eps", "variance_epsilon", "layer_norm_eps", "epsilon", "layer_norm_epsilon", "norm_eps")
+
+
+def load_torch_graph(spec: str, options: TorchOptions, target: str = "fp16") -> Graph:
+    """The IR of a PyTorch model named on the command line."""
+    lowered = spec.lower()
+    if lowered.endswith(".pt2"):
+        graph = lower_exported_program(_load_pt2(spec, options), spec)
+    elif lowered.endswith((".pt", ".pth", ".ts")):
+        return _load_torchscript_or_pickle(spec, options, target)
+    else:
+        module, args = _from_factory(spec, options)
+        graph = _capture(module, args, spec, target)
+    return graph
+
+
+# ---- sources ---------------------------------------------------------------------------------------------
+
+
+def _from_factory(spec: str, options: TorchOptions) -> tuple[nn.Module, tuple]:
+    """Import model.py or package.module, call the factory; it returns a module or (module, example inputs)."""
+    target, _, attr = spec.rpartition(":")
+    try:
+        if target.endswith(".py"):
+            path = Path(target)
+            if not path.is_file():
+                raise InputError(target, "no such file")
+            mod_spec = importlib.util.spec_from_file_location(f"_precaudit_model_{path.stem}", path)
+            module = importlib.util.module_from_spec(mod_spec)
+            sys.path.insert(0, str(path.resolve().parent))  # so the file can import its neighbours
+            try:
+                mod_spec.loader.exec_module(module)
+            finally:
+                sys.path.remove(str(path.resolve().parent))
+        else:
+            module = importlib.import_module(target)
+    except InputError:
+        raise
+    except Exception as exc:
+        raise InputError(target, f"importing it failed: {type(exc).__name__}: {_first_line(exc)}") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise InputError(spec, f"'{attr}' is not a function or class in {target}")
+    try:
+        made = factory()
+    except Exception as exc:
+        raise InputError(spec, f"calling {attr}() failed: {type(exc).__name__}: {_first_line(exc)}") from None
+    model, args = (made[0], made[1]) if isinstance(made, tuple) and len(made) == 2 else (made, None)
+    if not isinstance(model, nn.Module):
+        raise InputError(spec, f"{attr}() must return an nn.Module or (module, example inputs), got {type(model).__name__}")
+    if args is None:
+        args = _synthesized(spec, options)
+    return model, args if isinstance(args, tuple) else (args,)
+
+
+def _synthesized(spec: str, options: TorchOptions) -> tuple:
+    if not options.input_shapes:
+        raise InputError(spec, "no example inputs: return (module, inputs) from the factory, or pass "
+                               "--input-shape D0,D1,... once per forward() argument")
+    dtype = _INPUT_DTYPES.get(options.input_dtype)
+    if dtype is None:
+        raise InputError(spec, f"--input-dtype must be one of {', '.join(_INPUT_DTYPES)}")
+    gen = torch.Generator().manual_seed(0)
+    return tuple(torch.randn(shape, generator=gen, dtype=dtype) for shape in options.input_shapes)
+
+
+def _load_pt2(spec: str, options: TorchOptions):
+    path = _existing(spec)
+    # torch.export.load unpickles any custom objects the archive holds with plain pickle.loads: refuse
+    # that unless trusted (tensors go through torch.load's weights-only unpickler either way).
+    guard = contextlib.nullcontext() if options.trust_pickle else _no_plain_unpickling(spec)
+    try:
+        with guard, _quiet():
+            return torch.export.load(str(path))
+    except InputError:
+        raise
+    except Exception as exc:
+        raise InputError(spec, f"not a loadable torch.export program ({type(exc).__name__}: {_first_line(exc)})") from None
+
+
+def _load_torchscript_or_pickle(spec: str, options: TorchOptions, target: str) -> Graph:
+    """TorchScript archives load without running Python code; a pickled module needs --trust-pickle."""
+    path = _existing(spec)
+    if _is_torchscript(path):
+        try:
+            with _quiet():
+                scripted = torch.jit.load(str(path), map_location="cpu")
+        except Exception as exc:
+            raise InputError(spec, f"not a loadable TorchScript file ({_first_line(exc)})") from None
+        return _torchscript_graph(scripted, spec, options)
+    if not options.trust_pickle:
+        raise InputError(spec, "is a pickled Python object, not TorchScript; unpickling runs arbitrary code from the "
+                               "file, so precaudit refuses it. Pass --trust-pickle if you trust where it came from, "
+                               "or save the model with torch.export.save / torch.jit.save")
+    try:
+        with _quiet():
+            model = torch.load(str(path), map_location="cpu", weights_only=False)
+    except Exception as exc:
+        raise InputError(spec, f"cannot unpickle it ({type(exc).__name__}: {_first_line(exc)})") from None
+    if not isinstance(model, nn.Module):
+        raise InputError(spec, f"holds a {type(model).__name__}, not an nn.Module (a state_dict needs the model's code: "
+                               "use a factory, model.py:make_model)")
+    return _capture(model, _synthesized(spec, options), spec, target)
+
+
+def _is_torchscript(path: Path) -> bool:
+    try:
+        with zipfile.ZipFile(path) as z:
+            return any(name.split("/", 1)[-1].startswith("code/") for name in z.namelist())
+    except zipfile.BadZipFile:
+        return False
+
+
+def _torchscript_graph(scripted, spec: str, options: TorchOptions) -> Graph:
+    """TorchScript has no torch.export path: run it through the TorchScript ONNX exporter and read that."""
+    from .onnx import load_onnx
+
+    args = _synthesized(spec, options)
+    with _tempdir() as folder:
+        out = Path(folder) / "torchscript.onnx"
+        try:
+            with _quiet():
+                torch.onnx.export(scripted, args, str(out), dynamo=False, opset_version=17)
+        except Exception as exc:
+            raise InputError(spec, f"could not convert the TorchScript module ({_first_line(exc)}); "
+                                   "check --input-shape, or audit an ONNX export instead") from None
+        graph = load_onnx(str(out))
+    graph.path = spec
+    return graph
+
+
+# ---- capture ---------------------------------------------------------------------------------------------
+
+
+def _capture(model: nn.Module, args: tuple, spec: str, target: str) -> Graph:
+    model = model.eval()
+    dtype = _CAPTURE_IN.get(target)
+    if dtype is not None:
+        model = model.to(dtype)
+        args = tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+    try:
+        with _quiet():
+            ep = torch.export.export(model, args, strict=False)
+    except Exception as exc:
+        raise InputError(spec, f"torch.export could not capture the model ({type(exc).__name__}: {_first_line(exc)}); "
+                               "data-dependent control flow or unexpected inputs are the usual causes: return "
+                               "(module, inputs) from the factory or pass --input-shape, or audit an ONNX export "
+                               "instead") from None
+    graph = lower_exported_program(ep, spec)
+    graph.module_eps = _module_walk(model)
+    return graph
+
+
+def _module_walk(model: nn.Module) -> dict[str, str]:
+    """Every module holding an eps attribute, by module path: where the user changes it."""
+    found = {}
+    for path, module in model.named_modules():
+        for attr in _EPS_ATTRS:
+            value = getattr(module, attr, None)
+            if isinstance(value, float):
+                found[path] = f"{type(module).__name__}.{attr} = {value:g}"
+                break
+    return found
+
+
+# ---- helpers ---------------------------------------------------------------------------------------------
+
+
+class _RefusedUnpickling(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _no_plain_unpickling(spec: str):
+    original = pickle.loads
+
+    def refuse(*_a: Any, **_k: Any):
+        raise _RefusedUnpickling()
+
+    pickle.loads = refuse
+    try:
+        yield
+    except _RefusedUnpickling:
+        raise InputError(spec, "holds pickled Python objects; unpickling runs arbitrary code from the file, so "
+                               "precaudit refuses it. Pass --trust-pickle if you trust where it came from") from None
+    finally:
+        pickle.loads = original
+
+
+@contextlib.contextmanager
+def _quiet():
+    """torch talks on stdout, stderr, warnings and logging while exporting; the report is the only output."""
+    sink = io.StringIO()
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+@contextlib.contextmanager
+def _tempdir():
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="precaudit-") as folder:
+        yield folder
+
+
+def _existing(spec: str) -> Path:
+    path = Path(spec)
+    if not path.is_file():
+        raise InputError(spec, "no such file")
+    return path
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[0][:300] if lines else "no details"
+

@@ -1,0 +1,123 @@
+"""Auditing PyTorch models directly: the same rules, pointing at the Python line and the module path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from precaudit.cli import main  # noqa: E402
+from tests.helpers import run_json  # noqa: E402
+
+SRC = Path(__file__).resolve().parent.parent / "fixtures" / "torch_src" / "hazards.py"
+HAZARDS = SRC.relative_to(Path.cwd()).as_posix() if SRC.is_relative_to(Path.cwd()) else str(SRC)
+
+
+def line_of(text: str) -> int:
+    """The line of hazards.py holding this text: tests follow the source instead of hard-coding numbers."""
+    return next(i for i, line in enumerate(SRC.read_text().splitlines(), 1) if text in line)
+
+
+def audit(tmp_path, factory: str, *args: str) -> tuple[int, list[dict]]:
+    code, report = run_json([f"{SRC}:{factory}"], *args, out_dir=tmp_path)
+    assert report["errors"] == []
+    return code, report["results"]
+
+
+def test_eps_underflow_points_at_the_python_line(tmp_path):
+    code, results = audit(tmp_path, "hand_layernorm")
+    assert code == 1
+    first = results[0]
+    assert (first["rule_id"], first["source_line"]) == ("PA101", line_of("hazard: eps 1e-12 is 0.0 in fp16"))
+    assert first["source_file"].endswith("fixtures/torch_src/hazards.py")
+    assert first["values"]["eps_rounded"] == 0.0 and first["values"]["compute_dtype"] == "float16"
+    assert "HandLayerNorm.eps = 1e-12" in first["values"]["eps_source"]
+
+
+def test_fixed_twin_has_no_eps_finding(tmp_path):
+    _, results = audit(tmp_path, "hand_layernorm_fixed")
+    assert [r["rule_id"] for r in results] == ["PA208"]  # only the fp16 squares remain
+
+
+def test_module_path_of_a_nested_module(tmp_path):
+    _, results = audit(tmp_path, "nested")
+    assert [(r["rule_id"], r["scope"]) for r in results if r["rule_id"] == "PA101"] == [("PA101", "encoder.layer.0")]
+
+
+def test_block_flags_only_its_real_hazard(tmp_path):
+    # a fused LayerNorm with eps 1e-12 keeps float32 statistics, the RMSNorm upcasts: only log(softmax) is a hazard
+    _, results = audit(tmp_path, "block")
+    assert [(r["rule_id"], r["source_line"]) for r in results] == [("PA201", line_of("hazard: log of softmax"))]
+
+
+def test_eps_outside_sqrt(tmp_path):
+    _, results = audit(tmp_path, "eps_outside_sqrt")
+    assert ("PA104", line_of("hazard: eps outside the sqrt")) in [(r["rule_id"], r["source_line"]) for r in results]
+
+
+def test_bf16_keeps_the_tiny_eps(tmp_path):
+    _, results = audit(tmp_path, "hand_layernorm", "--dtype", "bf16")
+    assert "PA101" not in [r["rule_id"] for r in results]
+
+
+def test_inline_suppression_by_rule(tmp_path):
+    _, results = audit(tmp_path, "suppressed")
+    assert [(r["rule_id"], r["source_line"]) for r in results] == [("PA201", line_of("ignore[PA999]"))]
+
+
+def test_text_output_shows_file_and_line(capsys):
+    assert main([f"{SRC}:hand_layernorm", "--no-color"]) == 1
+    out = capsys.readouterr().out
+    assert f"hazards.py:{line_of('hazard: eps 1e-12')}  node 'add' (Add)" in out
+
+
+def test_factory_without_inputs_needs_input_shape(tmp_path, capsys):
+    assert main([f"{SRC}:no_inputs"]) == 2
+    err = capsys.readouterr().err
+    assert "no example inputs" in err and "--input-shape" in err and "Traceback" not in err
+    code, results = audit(tmp_path, "no_inputs", "--input-shape", "2,4,8")
+    assert code == 1 and results[0]["rule_id"] == "PA101"
+
+
+def test_export_failure_is_one_line(capsys):
+    assert main([f"{SRC}:data_dependent"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "torch.export could not capture the model" in err[0] and "ONNX export" in err[0]
+
+
+def test_pt2_program(tmp_path):
+    from fixtures.torch_src.hazards import hand_layernorm
+    module, args = hand_layernorm()
+    torch.export.save(torch.export.export(module.half(), tuple(a.half() for a in args)), str(tmp_path / "m.pt2"))
+    code, report = run_json([tmp_path / "m.pt2"], out_dir=tmp_path)
+    assert code == 1
+    assert (report["results"][0]["rule_id"], report["results"][0]["source_line"]) == ("PA101", line_of("hazard: eps 1e-12"))
+
+
+def test_torchscript_file(tmp_path):
+    from fixtures.torch_src.hazards import HandLayerNorm
+    torch.jit.save(torch.jit.trace(HandLayerNorm(1e-12), (torch.randn(2, 4, 8),)), str(tmp_path / "m.pt"))
+    code, report = run_json([tmp_path / "m.pt"], "--input-shape", "2,4,8", out_dir=tmp_path)
+    assert code == 1 and [r["rule_id"] for r in report["results"]][0] == "PA101"
+
+
+def test_pickled_module_is_refused_without_trust(tmp_path, capsys):
+    from fixtures.torch_src.hazards import HandLayerNorm
+    torch.save(HandLayerNorm(1e-12), str(tmp_path / "m.pt"))
+    assert main([str(tmp_path / "m.pt"), "--input-shape", "2,4,8"]) == 2
+    err = capsys.readouterr().err
+    assert "unpickling runs arbitrary code" in err and "--trust-pickle" in err
+    code, report = run_json([tmp_path / "m.pt"], "--input-shape", "2,4,8", "--trust-pickle", out_dir=tmp_path)
+    assert code == 1 and report["results"][0]["rule_id"] == "PA101"
+
+
+def test_without_torch_installed(tmp_path):
+    script = ("import sys; sys.modules['torch'] = None; from precaudit.cli import main; "
+              f"sys.exit(main([{str(SRC) + ':hand_layernorm'!r}]))")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert run.returncode == 2
+    assert "needs torch: pip install 'precaudit[torch]'" in run.stderr and "Traceback" not in run.stderr
