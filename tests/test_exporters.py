@@ -1,4 +1,4 @@
-"""Real exporter output: every hazard module flagged with exactly the expected rules, every twin left alone."""
+"""Real exporter output, and the same modules audited directly: exactly the expected rules, twins left alone."""
 
 from __future__ import annotations
 
@@ -28,3 +28,20 @@ def test_export(case, exporter, dtype, export_dir, tmp_path):
     code, report = run_json([model], "--dtype", "fp16", out_dir=tmp_path)
     assert report["errors"] == []
     assert Counter(r["rule_id"] for r in report["results"]) == case.expect(exporter, dtype)
+
+
+ALL = CASES + HF_CASES
+
+
+@pytest.mark.parametrize("index", range(len(ALL)), ids=[c.name for c in ALL])
+def test_direct_capture(index, tmp_path):
+    """The module itself, as `precaudit model.py:factory` captures it with torch.export in fp16."""
+    case = ALL[index]
+    if case.name.startswith("hf_"):
+        pytest.importorskip("transformers")
+    factory = tmp_path / "factory.py"
+    factory.write_text("from fixtures.torch_exports import CASES, HF_CASES\n"
+                       f"def make():\n    case = (CASES + HF_CASES)[{index}]\n    return case.make(), case.example()\n")
+    code, report = run_json([f"{factory}:make"], "--dtype", "fp16", out_dir=tmp_path)
+    assert report["errors"] == []
+    assert Counter(r["rule_id"] for r in report["results"]) == case.expect("torch", "fp16")

@@ -89,6 +89,8 @@ class _Lowering:
             source = self.values.get(fx.args[0].name)
             self.values[fx.name] = source[fx.args[1]] if isinstance(source, tuple) else source
             return
+        if name in _SKIP:
+            return
         handler = _HANDLERS.get(name)
         args = [self._arg(a) for a in fx.args]
         if handler is None:
@@ -234,6 +236,21 @@ def _std(low, fx, args):
     low._emit(fx, "Sqrt", [var.outputs[0]], {})
 
 
+def _min_max(op: str, reduce_op: str) -> Callable:
+    """aten.min/max(a, b) is elementwise; aten.min/max(x, dim) a reduction."""
+    def handle(low, fx, args):
+        if len(args) > 1 and isinstance(args[1], Value):
+            low._emit(fx, op, [args[0], args[1]], {})
+        else:
+            low._emit(fx, reduce_op, [args[0]], {}, n_outputs=2 if len(args) > 1 else 1)
+    return handle
+
+
+def _like(low, fx, args):
+    # full_like(x, v) and friends read only x's shape: no data flows from x
+    low._emit(fx, "ConstantOfShape", [], {}, dtype=_dtype(fx))
+
+
 def _div(low, fx, args):
     low._emit(fx, "Div", [args[0], args[1]], {})
 
@@ -253,6 +270,8 @@ _HANDLERS: dict[str, Callable] = {
     "add": _binary("Add"), "sub": _binary("Sub"), "rsub": lambda low, fx, a: low._emit(fx, "Sub", [a[1], a[0]], {}),
     "mul": _binary("Mul"), "pow": _binary("Pow"), "square": lambda low, fx, a: low._emit(fx, "Mul", [a[0], a[0]], {}),
     "maximum": _binary("Max"), "minimum": _binary("Min"),
+    "max": _min_max("Max", "ReduceMax"), "min": _min_max("Min", "ReduceMin"),
+    "full_like": _like, "zeros_like": _like, "ones_like": _like, "empty_like": _like,
     "mean": _reduce("ReduceMean"), "sum": _reduce("ReduceSum"), "amax": _reduce("ReduceMax"),
     "amin": _reduce("ReduceMin"), "var": _var, "var_mean": _var_mean, "std": _std,
     "linalg_vector_norm": _vector_norm, "norm": _vector_norm,
@@ -262,6 +281,8 @@ _HANDLERS: dict[str, Callable] = {
     **{op: _simple("Reshape" if op not in ("expand", "expand_as") else "Expand", 1) for op in _SHAPE},
 }
 _TORCH_OF = {v: k for k, v in TORCH_DTYPES.items()}
+# Checks torch.export inserts that compute nothing; as consumers they would hide where a value really goes.
+_SKIP = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size", "_assert_async"}
 
 
 def _aten_name(target) -> str:
