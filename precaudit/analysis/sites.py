@@ -33,6 +33,20 @@ FACT_NAMES["reciprocal"] |= {"divisor_op", "divisor_class"}
 FACT_NAMES["pow"].add("exponent")
 FACT_NAMES["softmax"].add("axis")
 FACT_NAMES["logsoftmax"].add("axis")
+# Traced mode (precaudit/trace): what a run observed, per value, norm statistic, sensitive op input, and the
+# first node whose emulated output went inf/NaN.
+FACT_NAMES["traced_value"] = {"op", "value", "elements", "samples", "absmax", "min_nonzero", "overflow_fraction",
+                              "underflow_fraction", "subnormal_fraction", "nonfinite_fraction",
+                              "ref_nonfinite_fraction", "rel_error", "input_overflow_fraction",
+                              "input_underflow_fraction", *_DTYPE_FACTS}
+FACT_NAMES["traced_norm"] = FACT_NAMES["norm"] | {"rows", "min_variance", "median_variance", "zero_variance_rows",
+                                                  "rows_below_eps", "rows_below_eps_fraction", "samples"}
+FACT_NAMES["traced_op"] = {"op", "input_op", "in_norm_chain", "selected_by_where", "samples", "input_max", "input_min",
+                           "input_min_abs", "zero_fraction", "negative_fraction", "ref_zero_fraction",
+                           "output_nonfinite_fraction", *_DTYPE_FACTS}
+FACT_NAMES["traced_first_nonfinite"] = {"op", "value", "samples", "nonfinite_fraction", "ref_nonfinite_fraction",
+                                        "input_absmax", "chain", "chain_length", "reaches_output", "output",
+                                        *_DTYPE_FACTS}
 # Facts of a site made by a rule's op pattern, besides the names the pattern binds.
 PATTERN_FACTS = {"op", "input_op", *_DTYPE_FACTS}
 _TRANSPARENT = {"Cast", "Identity"}  # ops a pattern looks through when asking "what feeds this?"

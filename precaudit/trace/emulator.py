@@ -1,0 +1,189 @@
+"""Run a graph op by op twice in lockstep: a float64 reference, and the target dtype emulated with ml_dtypes.
+
+Each emulated op computes in float32 (float64 where the graph casts to double) on inputs that already hold
+values of their format, and its float outputs are rounded into the format the resolver says they are held
+in. That is what a GPU kernel does (fp32 accumulation, a narrow result), and what onnxruntime's CPU
+kernels do not: they keep chains of fp16 ops in fp32 and hide overflow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..analysis.compute_dtype import DtypeResolver
+from ..dtypes import FORMATS, Format
+from ..errors import InputError
+from ..ir import Graph, Node, Value
+from .fallback import ReferenceFallback, as_float
+from .kernels import KERNELS, KernelContext
+from .stats import ValueStats
+
+__all__ = ["Emulator", "round_into", "Hook"]
+
+# hook(ref_args, emu_args, ref_outs, emu_outs): a measurement taken while a node's inputs are still alive
+Hook = Callable[[list, list, list, list], None]
+_STASH_NORMS = {"LayerNormalization": 17, "RMSNormalization": 23}
+
+
+def round_into(array: np.ndarray, fmt: Format | None) -> np.ndarray:
+    """The array's values rounded into fmt, held in float32 (float64 for fp64) so numpy can compute on them."""
+    if fmt is None or array.dtype.kind != "f":
+        return array
+    if fmt.name == "fp64":
+        return array.astype(np.float64, copy=False)
+    if fmt.name == "fp32":
+        return array.astype(np.float32, copy=False)
+    return array.astype(fmt.np_dtype).astype(np.float32)
+
+
+@dataclass
+class _Step:
+    """One node, prepared once: its kernel, its inputs, its outputs' formats, and the values it frees."""
+
+    node: Node
+    kernel: Callable | None
+    inputs: list[Value | None]
+    outputs: list[tuple[int, Format | None]]
+    emu_ctx: KernelContext
+    frees: list[int] = field(default_factory=list)
+
+
+class Emulator:
+    """Runs samples through the graph and keeps only the measurements; every intermediate is freed after its last use."""
+
+    def __init__(self, graph: Graph, resolver: DtypeResolver, reference: bool = True):
+        self.graph = graph
+        self.resolver = resolver
+        self.reference = reference
+        self.stats: dict[int, ValueStats] = {}
+        self.hooks: dict[int, list[Hook]] = {}
+        self._fallback = ReferenceFallback(graph)
+        self._ref_ctx = KernelContext(np.float64)
+        self._emu_ctx = KernelContext(np.float32)
+        self._consts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._input_fmt = {id(v): self._held(v) for v in graph.inputs}
+        self._steps = self._plan()
+
+    def run(self, feeds: dict[str, np.ndarray], progress: Callable[[int, int], None] | None = None) -> None:
+        """One sample through the graph; measurements accumulate in self.stats and the hooks."""
+        emu: dict[int, np.ndarray] = {}
+        ref: dict[int, np.ndarray] = {}
+        for value in self.graph.inputs:
+            emu[id(value)] = round_into(as_float(feeds[value.name], np.float32), self._input_fmt[id(value)])
+            if self.reference:
+                ref[id(value)] = as_float(feeds[value.name], np.float64)
+        total = len(self._steps)
+        with np.errstate(all="ignore"):  # inf and NaN are what traced mode is looking for
+            for i, step in enumerate(self._steps):
+                self._run_step(step, emu, ref)
+                if progress is not None:
+                    progress(i + 1, total)
+
+    def _run_step(self, step: _Step, emu: dict, ref: dict) -> None:
+        emu_args = [self._arg(v, emu, 0) for v in step.inputs]
+        emu_outs = self._call(step, emu_args, step.emu_ctx)
+        emu_outs = [round_into(a, fmt) for a, (_, fmt) in zip(emu_outs, step.outputs)]
+        if self.reference:
+            ref_args = [self._arg(v, ref, 1) for v in step.inputs]
+            ref_outs = [as_float(a, np.float64) for a in self._call(step, ref_args, self._ref_ctx)]
+            for (vid, fmt), r, e in zip(step.outputs, ref_outs, emu_outs):
+                if fmt is not None and r.dtype.kind == "f":
+                    stats = self.stats.get(vid)
+                    if stats is None:
+                        stats = self.stats[vid] = ValueStats(fmt)
+                    stats.add(r, e)
+            for hook in self.hooks.get(id(step.node), ()):
+                hook(ref_args, emu_args, ref_outs, emu_outs)
+            for (vid, _), r in zip(step.outputs, ref_outs):
+                ref[vid] = r
+        for (vid, _), e in zip(step.outputs, emu_outs):
+            emu[vid] = e
+        for vid in step.frees:
+            emu.pop(vid, None)
+            ref.pop(vid, None)
+
+    def _call(self, step: _Step, args: list, ctx: KernelContext) -> list:
+        if step.kernel is not None:
+            return step.kernel(step.node, args, ctx)
+        return [as_float(a, ctx.float_dtype) for a in self._fallback.run(step.node, args)]
+
+    def _arg(self, value: Value | None, env: dict, which: int) -> np.ndarray | None:
+        if value is None:
+            return None
+        if value.is_const:
+            pair = self._consts.get(id(value))
+            if pair is None:
+                data = np.asarray(value.const())
+                pair = self._consts[id(value)] = (round_into(as_float(data, np.float32), self._held(value)),
+                                                  as_float(data, np.float64))
+            return pair[which]
+        try:
+            return env[id(value)]
+        except KeyError:
+            raise InputError(self.graph.path, f"traced mode: value '{value.name}' is read before any node "
+                                              f"makes it") from None
+
+    def _plan(self) -> list[_Step]:
+        """Kernels, output formats and last uses, worked out once for every sample."""
+        nodes = [n for n in self.graph.nodes if not all(o.is_const for o in n.outputs) or not n.outputs]
+        for node in nodes:
+            if node.subgraph_path or node.op_type in ("If", "Loop", "Scan"):
+                raise InputError(self.graph.path, f"traced mode cannot run control flow yet: node '{node.name}' "
+                                                  f"({node.op_type}); audit it without --trace")
+        kept = {id(v) for v in self.graph.outputs}
+        last: dict[int, int] = {}
+        for i, node in enumerate(nodes):
+            for v in node.inputs:
+                if v is not None and not v.is_const:
+                    last[id(v)] = i
+        steps = []
+        for i, node in enumerate(nodes):
+            kernel = KERNELS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+            outputs = [(id(v), self._held(v)) for v in node.outputs]
+            step = _Step(node, kernel, list(node.inputs), outputs, self._stat_ctx(node))
+            frees = [id(v) for v in node.inputs if v is not None and last.get(id(v)) == i and id(v) not in kept]
+            # an output nobody reads is measured, then dropped at once
+            frees += [vid for vid, _ in outputs if vid not in last and vid not in kept]
+            step.frees = list(dict.fromkeys(frees))
+            steps.append(step)
+        return steps
+
+    def _held(self, value: Value) -> Format | None:
+        """The format a value is held in: the resolver's answer, except inside a --keep-fp32 block.
+
+        A converter with an op block list casts only at the block's edges, so a value made by a kept node
+        and read only by kept nodes stays float32.
+        """
+        node = value.producer
+        dtype = self.resolver.of_value(value)
+        if dtype is None and value.dtype is None and node is not None:
+            dtype = self.resolver.of_node(node)
+        if dtype is None:
+            return None
+        if (node is not None and self.resolver.kept_by(node) and value.consumers
+                and all(self.resolver.kept_by(c) for c in value.consumers)
+                and value not in self.graph.outputs):
+            return FORMATS["fp32"]
+        return dtype.fmt
+
+    def stat_rounding(self, node: Node) -> Callable[[np.ndarray], np.ndarray]:
+        """How a node rounds its inner statistics in the emulated run (identity when they are float32)."""
+        return self._stat_ctx(node).round_stat
+
+    def _stat_ctx(self, node: Node) -> KernelContext:
+        """A fused norm computes its statistics in its stash_type dtype (float32 by default), not the input's."""
+        since = _STASH_NORMS.get(node.op_type)
+        if since is None or node.domain not in ("", "ai.onnx"):
+            return self._emu_ctx
+        stash = node.attrs.get("stash_type")
+        if node.opset is not None and node.opset < since:
+            dtype = self.resolver.of_node(node)
+        else:
+            dtype = self.resolver.of_stash(node, None if stash is None else int(stash), "")
+        fmt = dtype.fmt if dtype is not None else None
+        if fmt is None or fmt.name in ("fp32", "fp64"):
+            return self._emu_ctx
+        return KernelContext(np.float32, round_stat=lambda a, f=fmt: round_into(np.asarray(a), f))

@@ -1,0 +1,64 @@
+"""Ops without a numpy kernel run through onnx's reference evaluator, one node at a time (slow, but complete)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ..errors import InputError
+from ..ir import Graph, Node
+
+__all__ = ["ReferenceFallback"]
+
+_CONTROL_FLOW = {"If", "Loop", "Scan"}
+
+
+class ReferenceFallback:
+    """Builds a one-node model per op the first time it is met and keeps the evaluator for later calls."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self._evaluators: dict[tuple, object] = {}
+
+    def run(self, node: Node, args: list) -> list:
+        if node.op_type in _CONTROL_FLOW or node.subgraph_path:
+            raise InputError(self.graph.path, f"traced mode cannot run control flow yet: node '{node.name}' "
+                                              f"({node.op_type}); audit it without --trace")
+        key = (id(node), tuple(None if a is None else (a.dtype.str, a.ndim) for a in args))
+        evaluator = self._evaluators.get(key)
+        if evaluator is None:
+            evaluator = self._evaluators[key] = self._build(node, args)
+        feeds = {f"i{i}": a for i, a in enumerate(args) if a is not None}
+        try:
+            return list(evaluator.run(None, feeds))
+        except Exception as exc:
+            raise InputError(self.graph.path, f"traced mode cannot run node '{node.name}' ({node.op_type}): "
+                                              f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+
+    def _build(self, node: Node, args: list):
+        from onnx.reference import ReferenceEvaluator
+
+        names = [f"i{i}" if a is not None else "" for i, a in enumerate(args)]
+        inputs = [helper.make_tensor_value_info(f"i{i}", helper.np_dtype_to_tensor_dtype(a.dtype), None)
+                  for i, a in enumerate(args) if a is not None]
+        outs = [f"o{i}" for i in range(len(node.outputs))]
+        proto = helper.make_node(node.op_type, names, outs, domain=node.domain, **node.attrs)
+        graph = helper.make_graph([proto], "one_node", inputs,
+                                  [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outs])
+        opsets = [helper.make_opsetid(node.domain, node.opset or 17)]
+        if node.domain:
+            opsets.append(helper.make_opsetid("", 17))
+        model = helper.make_model(graph, opset_imports=opsets)
+        try:
+            return ReferenceEvaluator(model)
+        except Exception as exc:
+            raise InputError(self.graph.path, f"traced mode has no kernel for node '{node.name}' "
+                                              f"({node.domain + '.' if node.domain else ''}{node.op_type})") from exc
+
+
+def as_float(array: np.ndarray, dtype: type) -> np.ndarray:
+    """Float arrays (ml_dtypes' bfloat16 and fp8 included) in the run's dtype; others unchanged."""
+    if array.dtype.kind == "f" or array.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        return array.astype(dtype)
+    return array

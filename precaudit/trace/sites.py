@@ -1,0 +1,130 @@
+"""Turn what a traced run measured into sites with facts, for the PA9xx rules."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+from ..analysis.compute_dtype import ComputeDtype, DtypeResolver
+# _feeding_op and _selected_by_where: one definition of "what feeds this" and "only a Where branch", shared
+# with static mode so both modes judge a node alike
+from ..analysis.sites import Site, _feeding_op, _selected_by_where, dtype_facts
+from ..dtypes import Format
+from ..ir import Graph, Node, Value
+from .measure import Probes
+from .stats import ValueStats
+
+__all__ = ["value_sites", "norm_sites", "op_sites", "first_nonfinite_site"]
+
+_CHAIN_SHOWN = 8  # nodes of the chain to the outputs printed before eliding the middle
+
+
+def _held_dtype(value: Value, fmt: Format, resolver: DtypeResolver) -> ComputeDtype:
+    dtype = resolver.of_value(value)
+    if dtype is not None and dtype.fmt == fmt:
+        return dtype
+    return ComputeDtype(fmt, "made and read inside a --keep-fp32 block" if fmt.name == "fp32"
+                        else f"the dtype node '{value.producer.name if value.producer else '?'}' computes in")
+
+
+def value_sites(graph: Graph, resolver: DtypeResolver, stats: dict[int, ValueStats], samples: int) -> list[Site]:
+    """One site per float value a node made: its range against its format, and the emulated run's damage."""
+    sites = []
+    for node in graph.nodes:
+        inputs = [stats[id(v)] for v in node.inputs if v is not None and id(v) in stats]
+        for value in node.outputs:
+            s = stats.get(id(value))
+            if s is None or s.elements == 0:
+                continue
+            facts = {"op": node.op_type, "value": value.name, "elements": s.elements, "samples": samples,
+                     "absmax": s.absmax, "min_nonzero": s.min_nonzero if math.isfinite(s.min_nonzero) else None,
+                     "overflow_fraction": s.fraction(s.overflow), "underflow_fraction": s.fraction(s.underflow),
+                     "subnormal_fraction": s.fraction(s.subnormal), "nonfinite_fraction": s.fraction(s.nonfinite),
+                     "ref_nonfinite_fraction": s.fraction(s.ref_nonfinite), "rel_error": s.rel_error,
+                     "input_overflow_fraction": max((i.fraction(i.overflow) for i in inputs), default=0.0),
+                     "input_underflow_fraction": max((i.fraction(i.underflow) for i in inputs), default=0.0),
+                     **dtype_facts(_held_dtype(value, s.fmt, resolver), resolver)}
+            sites.append(Site("traced_value", node, facts))
+    return sites
+
+
+def norm_sites(probes: Probes, samples: int) -> list[Site]:
+    """The static norm facts (eps as written and rounded) with the per-row variance the run observed."""
+    sites = []
+    for site, stats in probes.norms:
+        observed = stats.summary(site.facts.get("eps"))
+        if observed:
+            sites.append(Site("traced_norm", site.node, {**site.facts, **observed, "samples": samples}))
+    return sites
+
+
+def op_sites(probes: Probes, resolver: DtypeResolver, samples: int) -> list[Site]:
+    """Exp, softmax, log, sqrt and division sites with what their sensitive input did."""
+    sites = []
+    for node, s in probes.ops:
+        dtype = resolver.of_node(node)
+        if s.elements == 0 or dtype is None:
+            continue
+        n = s.elements
+        facts: dict[str, Any] = {
+            "op": node.op_type, "input_op": _feeding_op(node.input(0)), "in_norm_chain": id(node) in probes.claimed,
+            "selected_by_where": _selected_by_where(node), "samples": samples,
+            "input_max": s.max, "input_min": s.min, "input_min_abs": s.min_abs,
+            "zero_fraction": s.zero / n, "negative_fraction": s.negative / n, "ref_zero_fraction": s.ref_zero / n,
+            "output_nonfinite_fraction": s.output_nonfinite / n, **dtype_facts(dtype, resolver)}
+        sites.append(Site("traced_op", node, facts))
+    return sites
+
+
+def first_nonfinite_site(graph: Graph, resolver: DtypeResolver, stats: dict[int, ValueStats],
+                         samples: int) -> list[Site]:
+    """The first node whose emulated output turns inf/NaN from finite inputs, and its chain to an output.
+
+    Origins whose inf never reaches an output (an additive -inf mask that a softmax absorbs) come last.
+    """
+    bad = {vid for vid, s in stats.items() if s.nonfinite}
+    if not bad:
+        return []
+    outputs = {id(v): v for v in graph.outputs}
+    best: tuple | None = None
+    for index, node in enumerate(graph.nodes):
+        made = [v for v in node.outputs if id(v) in bad]
+        if not made or any(id(v) in bad for v in node.inputs if v is not None and not v.is_const):
+            continue
+        chain, output = _chain_to_output(made[0], bad, outputs)
+        rank = (output is None, index)
+        if best is None or rank < best[0]:
+            best = (rank, node, made[0], chain, output)
+    if best is None:
+        return []
+    _, node, value, chain, output = best
+    s = stats[id(value)]
+    inputs = [stats[id(v)].absmax for v in node.inputs if v is not None and id(v) in stats]
+    shown = chain if len(chain) <= _CHAIN_SHOWN else [*chain[:4], "...", *chain[-3:]]
+    facts = {"op": node.op_type, "value": value.name, "samples": samples, "nonfinite_fraction": s.fraction(s.nonfinite),
+             "ref_nonfinite_fraction": s.fraction(s.ref_nonfinite), "input_absmax": max(inputs, default=None),
+             "chain": " → ".join(shown) + (f" → graph output '{output.name}'" if output is not None else ""),
+             "chain_length": len(chain), "reaches_output": output is not None,
+             "output": output.name if output is not None else "",
+             **dtype_facts(_held_dtype(value, s.fmt, resolver), resolver)}
+    return [Site("traced_first_nonfinite", node, facts)]
+
+
+def _chain_to_output(start: Value, bad: set[int], outputs: dict[int, Value]) -> tuple[list[str], Value | None]:
+    """The shortest path of nodes from the value's producer to a graph output, through non-finite values only."""
+    first = start.producer
+    queue = deque([(start, [first.name])])
+    seen = {id(start)}
+    fallback = [first.name]
+    while queue:
+        value, path = queue.popleft()
+        if id(value) in outputs:
+            return path, value
+        for user in value.consumers:
+            for out in user.outputs:
+                if id(out) in bad and id(out) not in seen:
+                    seen.add(id(out))
+                    queue.append((out, [*path, user.name]))
+                    fallback = fallback if len(fallback) >= len(path) + 1 else [*path, user.name]
+    return fallback, None
