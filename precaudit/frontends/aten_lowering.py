@@ -7,21 +7,19 @@ clamps, shape ops); every other op keeps its ATen name, so producers and consume
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from ..ir import Graph, Node, Value
+from .source import user_frame
 
 __all__ = ["lower_exported_program", "TORCH_DTYPES"]
 
 TORCH_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.float64: "fp64",
                 torch.float8_e4m3fn: "fp8-e4m3", torch.float8_e5m2: "fp8-e5m2"}
 _ONNX_ELEM = {"fp32": 1, "fp16": 10, "fp64": 11, "bf16": 16, "fp8-e4m3": 17, "fp8-e5m2": 19}
-_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
-_LIBRARY = re.compile(r"[/\\](site-packages|dist-packages|lib/python3\.\d+)[/\\]|^<")
 _MAX_CONST = 64  # parameters and buffers are read only when this small (an eps vector, never weights)
 
 
@@ -323,19 +321,9 @@ def _source(node: Node, fx) -> None:
     if stack:
         path = list(stack.values())[-1][0]
         node.scope = _clean_path(path) or None
-    frames = _FRAME.findall(fx.meta.get("stack_trace") or "")
-    if frames:
-        user = [f for f in frames if not _LIBRARY.search(f[0])]
-        file, line = (user or frames)[-1]
-        node.source_file, node.source_line = _relative(file), int(line)
-
-
-def _relative(file: str) -> str:
-    """Source paths relative to the working directory when inside it: what editors and CI annotations expect."""
-    try:
-        return Path(file).resolve().relative_to(Path.cwd().resolve()).as_posix()
-    except ValueError:
-        return file
+    frame = user_frame(fx.meta.get("stack_trace") or "")
+    if frame is not None:
+        node.source_file, node.source_line = frame
 
 
 def _clean_path(path: str) -> str:

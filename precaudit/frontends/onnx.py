@@ -15,14 +15,13 @@ from onnx import numpy_helper
 from ..dtypes import format_of_onnx_type
 from ..errors import InputError
 from ..ir import Graph, Node, Value
+from .source import user_frame
 
 __all__ = ["load_onnx"]
 
 # Keys the torch dynamo exporter writes into node.metadata_props.
 _META_SCOPE = "pkg.torch.onnx.name_scopes"
 _META_STACK = "pkg.torch.onnx.stack_trace"
-_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
-_LIBRARY = re.compile(r"[/\\](site-packages|dist-packages|lib/python3\.\d+)[/\\]|^<")
 
 
 def load_onnx(path: str) -> Graph:
@@ -206,12 +205,9 @@ def _attach_source(node: Node, np_: onnx.NodeProto) -> None:
     elif np_.name.startswith("/") and np_.name.count("/") > 1:
         # TorchScript exporter names nodes "/encoder/layer.0/attention/Softmax"
         node.scope = ".".join(p for p in np_.name.split("/")[1:-1] if p) or None
-    frames = _FRAME.findall(meta.get(_META_STACK, ""))
-    if frames:
-        # Frames run from the outermost call inwards; point at the innermost one in the user's own code.
-        user = [f for f in frames if not _LIBRARY.search(f[0])]
-        node.source_file, line = (user or frames)[-1]
-        node.source_line = int(line)
+    frame = user_frame(meta.get(_META_STACK, ""))
+    if frame is not None:
+        node.source_file, node.source_line = frame
 
 
 def _attr_value(attr: onnx.AttributeProto):
