@@ -1,0 +1,105 @@
+"""How much slower traced mode is than a plain onnxruntime float32 run of the same model and inputs.
+
+Exports a randomly initialized transformers BertModel (TorchScript exporter, opset 14, so every LayerNorm is
+decomposed: a graph of a few thousand nodes), synthesizes one batch of token ids, and times in one process:
+
+  onnxruntime fp32     a plain CPU inference run (the yardstick)
+  emulation only       precaudit's op-by-op run with every intermediate rounded into float16
+  full traced mode     emulation + float64 reference + every measurement (what `--trace` runs)
+
+Each is timed as the best of --repeat runs, after a warm-up. Needs torch, transformers and onnxruntime.
+
+    python benchmarks/trace_speed.py [--layers 12] [--hidden 256] [--seq 128] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+
+def export_bert(path: Path, layers: int, hidden: int, seq: int) -> None:
+    import torch
+    import transformers as tf
+
+    class LastHiddenState(torch.nn.Module):
+        """Call the model by keyword (TorchScript passes positionals) and return its hidden states."""
+
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids):
+            return self.model(input_ids=input_ids, return_dict=False)[0]
+
+    torch.manual_seed(0)
+    config = tf.BertConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=max(1, hidden // 64),
+                           intermediate_size=4 * hidden, max_position_embeddings=max(512, seq), vocab_size=1000)
+    module = LastHiddenState(tf.BertModel(config)).eval()
+    ids = torch.randint(0, 1000, (1, seq))
+    sink = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (ids,), str(path), dynamo=False, opset_version=14,
+                          input_names=["input_ids"], dynamic_axes={"input_ids": {0: "batch", 1: "sequence"}})
+
+
+def best_of(repeat: int, fn) -> float:
+    fn()  # warm-up: caches, kernels, lazily loaded weights
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    import onnxruntime as ort
+
+    from precaudit.analysis.compute_dtype import DtypeResolver
+    from precaudit.dtypes import FORMATS
+    from precaudit.frontends.onnx import load_onnx
+    from precaudit.options import TraceOptions
+    from precaudit.trace import traced_sites
+    from precaudit.trace.emulator import Emulator
+    from precaudit.trace.inputs import synthesize_inputs
+
+    folder = Path(tempfile.mkdtemp())
+    model = folder / "bert.onnx"
+    export_bert(model, args.layers, args.hidden, args.seq)
+    graph = load_onnx(str(model))
+    resolver = DtypeResolver(graph, FORMATS["fp16"])
+    dims = {"batch": 1, "sequence": args.seq}
+    feeds = synthesize_inputs(graph, dims, seed=0)
+
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    t_ort = best_of(args.repeat, lambda: session.run(None, feeds))
+    emulation = Emulator(graph, resolver, reference=False)
+    t_emu = best_of(args.repeat, lambda: emulation.run(feeds))
+    options = TraceOptions(inputs=None, samples=1, dims=dims, seed=0)
+    t_full = best_of(args.repeat, lambda: traced_sites(graph, resolver, options))
+
+    print(f"model: BertModel, {args.layers} layers, hidden {args.hidden}, sequence {args.seq}: "
+          f"{len(graph.nodes)} nodes (TorchScript exporter, opset 14)")
+    print(f"onnxruntime fp32 (CPU)        {t_ort * 1000:9.1f} ms")
+    print(f"emulation only (fp16)         {t_emu * 1000:9.1f} ms   {t_emu / t_ort:5.2f}x onnxruntime")
+    print(f"full traced mode (--trace)    {t_full * 1000:9.1f} ms   {t_full / t_ort:5.2f}x onnxruntime")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

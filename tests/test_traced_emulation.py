@@ -1,0 +1,48 @@
+"""The emulation itself: float16 rounding exactly as numpy's cast, ops without a numpy kernel, control flow refused."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from fixtures.onnx_builders import chain_model, model, save, tensor
+from precaudit.cli import main
+from precaudit.trace.emulator import round_fp16
+from tests.helpers import run_json
+
+
+def test_fast_float16_rounding_matches_numpy_bit_for_bit():
+    rng = np.random.default_rng(0)
+    samples = [rng.standard_normal(200_000).astype(np.float32) * scale for scale in (1e-9, 1e-6, 1e-4, 1, 3e2, 6e4, 1e6)]
+    samples.append(np.array([0.0, -0.0, 65504, 65519.99, 65520, -65520, np.inf, -np.inf, 2**-14, 2**-24, 2**-25,
+                             3 * 2**-25, 1e-45], dtype=np.float32))
+    samples.append(rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32))
+    for x in samples:
+        with np.errstate(all="ignore"):
+            want = x.astype(np.float16).astype(np.float32)
+        got = round_fp16(x)
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        finite = ~np.isnan(want)
+        assert np.array_equal(got[finite].view(np.uint32), want[finite].view(np.uint32))
+
+
+def test_an_op_without_a_numpy_kernel_runs_through_the_reference_evaluator(tmp_path):
+    # HardSwish(x) * 1000 then squared: the overflow is found behind an op precaudit has no kernel for
+    steps = [("HardSwish", ["x"], "hs"), ("Mul", ["hs", "big"], "act"), ("Mul", ["act", "act"], "sq")]
+    path = save(chain_model(steps, dtype="fp32", consts={"big": 1000.0}), tmp_path / "m.onnx")
+    x = np.full((2, 8), 3.0, np.float32)
+    np.savez(tmp_path / "x.npz", x=x)
+    code, report = run_json([path], "--trace", "--inputs", str(tmp_path / "x.npz"), "--select", "PA901", out_dir=tmp_path)
+    assert [(r["node_name"], r["values"]["absmax"]) for r in report["results"]] == [("sq", 9e6)]
+
+
+def test_control_flow_is_refused_with_one_line(tmp_path, capsys):
+    then = h.make_graph([h.make_node("Identity", ["x"], ["t"])], "then", [], [tensor("t", "fp32")])
+    other = h.make_graph([h.make_node("Neg", ["x"], ["e"])], "else", [], [tensor("e", "fp32")])
+    nodes = [h.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other)]
+    m = model(nodes, [tensor("x", "fp32"), h.make_tensor_value_info("c", T.BOOL, [])], [tensor("y", "fp32")])
+    path = save(m, tmp_path / "if.onnx")
+    assert main([str(path), "--trace"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"precaudit: {path}: traced mode cannot run control flow yet: node 'branch' (If); audit it without --trace\n"

@@ -1,0 +1,70 @@
+"""Traced-mode inputs: a bad --inputs file is one line and exit 2; synthesized inputs respect tables and --dim."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from fixtures.onnx_builders import chain_model, const, model, save
+from precaudit.cli import main
+from tests.helpers import run_json
+
+
+@pytest.fixture
+def rms(tmp_path):
+    steps = [("Pow", ["x", "two"], "sq"), ("ReduceMean", ["sq"], "ms", {"axes": [-1]}), ("Sqrt", ["ms"], "rms")]
+    return save(chain_model(steps, consts={"two": 2.0}), tmp_path / "model.onnx")
+
+
+def _npz(tmp_path, **arrays) -> str:
+    path = tmp_path / "in.npz"
+    np.savez(path, **arrays)
+    return str(path)
+
+
+@pytest.mark.parametrize("make,problem", [
+    (lambda t: str(t / "missing.npz"), "no such inputs file"),
+    (lambda t: (t / "junk.npz").write_text("not a zip") and str(t / "junk.npz"), "not a readable .npz file"),
+    (lambda t: _npz(t, y=np.ones((2, 8))), "no array for graph input 'x' (the file has: y; the model's inputs are: x)"),
+    (lambda t: _npz(t, x=np.ones((2, 8)), z=np.ones(3)), "array 'z' matches no graph input"),
+    (lambda t: _npz(t, x=np.ones((2, 8, 1))), "input 'x': array has shape (2, 8, 1), the model expects rank 2 ([2, 8])"),
+    (lambda t: _npz(t, x=np.ones((2, 9))), "input 'x': dim 1 is 9, the model expects 8 ([2, 8])"),
+    (lambda t: _npz(t, x=np.array([["a"] * 8] * 2)), "input 'x': array of <U1 where the model expects fp16"),
+])
+def test_bad_inputs_file_is_one_line_and_exit_2(rms, tmp_path, capsys, make, problem):
+    npz = make(tmp_path)
+    assert main([str(rms), "--trace", "--inputs", npz]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"precaudit: {npz}: ") and problem in err, err
+
+
+def _embedding_model():
+    """ids → Gather from a 50-row table → ReduceMean; a dynamic batch and sequence."""
+    table = const("table", np.random.default_rng(0).standard_normal((50, 4)))
+    nodes = [h.make_node("Gather", ["table", "ids"], ["emb"], name="embed"),
+             h.make_node("Mul", ["emb", "big"], ["act"], name="act"),
+             h.make_node("Mul", ["act", "act"], ["sq"], name="sq"),
+             h.make_node("ReduceMean", ["sq"], ["y"], name="mean", axes=[-1])]
+    ids = h.make_tensor_value_info("ids", T.INT64, ["batch", "sequence"])
+    y = h.make_tensor_value_info("y", T.FLOAT, ["batch", "sequence", 1])
+    return model(nodes, [ids], [y], [table, const("big", 1000.0)])
+
+
+def test_synthesized_ids_stay_inside_the_embedding_table(tmp_path):
+    path = save(_embedding_model(), tmp_path / "emb.onnx")
+    code, report = run_json([path], "--trace", "--select", "PA901", "--dim", "sequence=5", "--samples", "3",
+                            out_dir=tmp_path)
+    assert report["errors"] == []
+    (finding,) = report["results"]
+    # act = table row × 1000 (|x| ~ 1e3): its square overflows float16; 1 × 5 positions × 4 features × 3 samples
+    assert finding["node_name"] == "sq" and finding["values"]["elements"] == 60 and finding["values"]["samples"] == 3
+    assert code == 1
+
+
+def test_npz_inputs_are_used_as_given(tmp_path, rms):
+    code, report = run_json([rms], "--trace", "--select", "PA901", "--inputs", _npz(tmp_path, x=np.full((2, 8), 10.0)),
+                            out_dir=tmp_path)
+    assert (code, report["results"], report["errors"]) == (0, [], [])
