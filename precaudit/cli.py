@@ -128,12 +128,12 @@ def check(
         raise InputError(None, "no model given: precaudit MODEL.onnx [MORE.onnx ...] [options]")
     if statistics and settings.format != "text":
         raise InputError(None, f"--statistics prints a table; it cannot be combined with --format {settings.format}")
-    inputs = {Path(p).resolve() for p in [*models, *settings.rules]}
+    input_files = {Path(p).resolve() for p in [*models, *settings.rules]}
     # Rewriting the baseline in place is how it is refreshed; the report must not overwrite it.
     baseline_file = {Path(settings.baseline).resolve()} if settings.baseline else set()
-    if output is not None and output.resolve() in inputs | baseline_file:
+    if output is not None and output.resolve() in input_files | baseline_file:
         raise InputError(str(output), "refusing to write the report over one of the inputs")
-    if write_baseline is not None and Path(write_baseline).resolve() in inputs:
+    if write_baseline is not None and Path(write_baseline).resolve() in input_files:
         raise InputError(write_baseline, "refusing to write the baseline over one of the inputs")
     from .options import TorchOptions, TraceOptions
 

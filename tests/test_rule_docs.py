@@ -10,14 +10,14 @@ from fixtures.onnx_builders import fused_norm, save
 from precaudit.cli import main
 from precaudit.rules.loader import load_rules
 
-PREVIEW_RULE = ("id: PA901\nname: eps-below-1e-4\nseverity: error\nsummary: Experimental eps floor.\nsites: [norm]\n"
+PREVIEW_RULE = ("id: XP901\nname: eps-below-1e-4\nseverity: error\nsummary: Experimental eps floor.\nsites: [norm]\n"
                 "preview: true\ncondition: has_eps and eps < 1e-4\nmessage: 'eps {eps:.0e} is below 1e-4'\n"
                 "fix: Use 1e-4.\n")
 
 
 @pytest.fixture
 def preview_rule(tmp_path):
-    path = tmp_path / "PA901.yaml"
+    path = tmp_path / "XP901.yaml"
     path.write_text(PREVIEW_RULE)
     return str(path)
 
@@ -41,7 +41,7 @@ def test_rules_lists_every_rule_with_severity_and_default(capsys):
 def test_rules_shows_a_preview_rule_as_off(preview_rule, capsys):
     assert main(["rules", "--rules", preview_rule, "--format", "json"]) == 0
     listed = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
-    assert listed["PA901"]["enabled_by_default"] is False and listed["PA901"]["preview"] is True
+    assert listed["XP901"]["enabled_by_default"] is False and listed["XP901"]["preview"] is True
     assert listed["PA101"]["enabled_by_default"] is True and listed["PA101"]["severity"] == "error"
 
 
@@ -82,12 +82,12 @@ def test_preview_rule_is_off_unless_selected_exactly_or_with_preview(small_eps_m
         return main([small_eps_model, "--rules", preview_rule, *args]) == 1
 
     assert not fires()  # upgrading to a release with a new preview rule never breaks the gate
-    assert fires("--select", "PA901")
+    assert fires("--select", "XP901")
     assert fires("--select", "eps-below-1e-4")
-    assert not fires("--select", "PA9")  # a prefix is not an opt-in
-    assert fires("--select", "PA9", "--preview")
+    assert not fires("--select", "XP9")  # a prefix is not an opt-in
+    assert fires("--select", "XP9", "--preview")
     assert fires("--preview")
-    assert not fires("--preview", "--ignore", "PA901")
+    assert not fires("--preview", "--ignore", "XP901")
 
 
 def test_preview_from_pyproject(small_eps_model, preview_rule, tmp_path, monkeypatch):

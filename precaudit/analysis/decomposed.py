@@ -52,11 +52,12 @@ def _scan_root(root: Node, graph: Graph, resolver: DtypeResolver, scan: ChainSca
     inner_value, inner_add, inner_eps = _strip_eps(root.input(0)) if root.op_type != "ReduceL2" else (None, None, None)
     stat = root if root.op_type == "ReduceL2" else _statistic(inner_value)
     guard, guard_eps, divisions = _after_root(root)
+    rsqrt = root.op_type == "Pow" and scalar_of(root.input(1)) == -0.5  # the root is itself the division
     if inner_add is not None:
         site_node, eps, placement = inner_add, inner_eps, "inside_sqrt"
     elif guard is not None:
         site_node, eps, placement = guard, guard_eps, "guard" if guard.op_type in ("Clip", "Max") else "outside_sqrt"
-    elif divisions or root.op_type == "Pow" and scalar_of(root.input(1)) == -0.5:
+    elif divisions or rsqrt:
         site_node, eps, placement = root, None, "missing"
     else:
         return  # a root that no division uses is not a normalization (a std for logging, say)
@@ -65,7 +66,7 @@ def _scan_root(root: Node, graph: Graph, resolver: DtypeResolver, scan: ChainSca
     if dtype is None:
         return
     # a root no division uses is a standard deviation, not a normalization
-    facts = {"norm": _family(stat) if divisions or placement == "missing" else "std", "op": site_node.op_type, "eps_role": "eps", "eps_placement": placement,
+    facts = {"norm": _family(stat) if divisions or rsqrt or placement == "missing" else "std", "op": site_node.op_type, "eps_role": "eps", "eps_placement": placement,
              "eps_source": eps.source if eps else "none in the graph",
              "missing_note": _OPTIMIZED_AWAY if placement == "missing" and graph.exporter == "torch-dynamo" else "",
              "keep_hint": _chain_glob(site_node, root), **_square_facts(stat, resolver),
