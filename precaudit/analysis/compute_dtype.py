@@ -7,6 +7,7 @@ from fnmatch import fnmatchcase
 
 from ..dtypes import FORMATS, Format, format_of_onnx_type
 from ..ir import Graph, Node, Value
+from .constants import is_constant
 
 __all__ = ["ComputeDtype", "DtypeResolver"]
 
@@ -92,12 +93,13 @@ class DtypeResolver:
         for node in self.graph.nodes:
             if node.op_type == "Cast":
                 fmt = format_of_onnx_type(node.attr("to", 0))
-                origin = (node.name, fmt.name) if fmt is not None else None
+                # casting a constant (an eps) says nothing about the dtype the activations flow in
+                origin = (node.name, fmt.name) if fmt is not None and not is_constant(node.input(0)) else None
             elif self.kept_by(node) is not None:
                 origin = None  # a converter casts a kept node's outputs back to the target dtype
             else:
                 origin = next((self._cast_origin[id(v)] for v in node.inputs
-                               if v is not None and not v.is_const and id(v) in self._cast_origin), None)
+                               if v is not None and id(v) in self._cast_origin and not is_constant(v)), None)
             if origin is not None:
                 for out in node.outputs:
                     self._cast_origin[id(out)] = origin

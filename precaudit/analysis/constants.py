@@ -9,7 +9,7 @@ import numpy as np
 from ..dtypes import format_of_onnx_type
 from ..ir import Value
 
-__all__ = ["ScalarConst", "resolve_scalar"]
+__all__ = ["ScalarConst", "resolve_scalar", "is_constant"]
 
 # Ops that pass a scalar through unchanged in value (a Cast changes only its dtype; rounding comes later).
 _PASS_THROUGH = {"Cast", "CastLike", "Identity", "Expand", "Reshape", "Unsqueeze", "Squeeze", "Flatten"}
@@ -50,3 +50,16 @@ def resolve_scalar(value: Value | None) -> ScalarConst | None:
     if not np.all(flat == flat[0]):
         return None  # a vector of different values is not one eps
     return ScalarConst(float(flat[0]), " → ".join([value.const_origin or f"constant '{value.name}'", *reversed(hops)]))
+
+
+def is_constant(value: Value | None) -> bool:
+    """A constant, or a constant passed through Cast/Expand/Reshape/...: data fixed in the file, not activations."""
+    for _ in range(8):
+        if value is None:
+            return False
+        if value.is_const:
+            return True
+        if value.producer is None or value.producer.op_type not in _PASS_THROUGH:
+            return False
+        value = value.producer.input(0)
+    return False

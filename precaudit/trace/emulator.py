@@ -80,6 +80,12 @@ def round_fp16(x: np.ndarray) -> np.ndarray:
     return out.view(np.float32).reshape(x.shape)
 
 
+_CANCELLING = {"Add", "Sub", "Sum", "ReduceMean", "ReduceSum", "MatMul", "Gemm", "Conv", "Einsum"}
+_CARRIES_NOISE = {"Identity", "Cast", "Reshape", "Expand", "Squeeze", "Unsqueeze", "Transpose", "Flatten", "Mul", "Div",
+                  "Neg", "Abs", "Concat", "Slice", "Gather", "Split"}
+_NOISE = 1e-12  # relative size of float64 cancellation noise, with margin; far below any fp16 or bf16 concern
+
+
 @dataclass
 class _Step:
     """One node, prepared once: its kernel, its inputs, its outputs' formats, and the values it frees."""
@@ -131,12 +137,13 @@ class Emulator:
         if self.reference:
             ref_args = [self._arg(v, ref, 1) for v in step.inputs]
             ref_outs = [as_float(a, np.float64) for a in self._call(step, ref_args, self._ref_ctx)]
+            floor = self._noise_floor(step)
             for (vid, fmt), r, e in zip(step.outputs, ref_outs, emu_outs):
                 if fmt is not None and r.dtype.kind == "f":
                     stats = self.stats.get(vid)
                     if stats is None:
                         stats = self.stats[vid] = ValueStats(fmt)
-                    stats.add(r, e)
+                    stats.add(r, e, floor)
             for hook in self.hooks.get(id(step.node), ()):
                 hook(ref_args, emu_args, ref_outs, emu_outs)
             for (vid, _), r in zip(step.outputs, ref_outs):
@@ -151,6 +158,20 @@ class Emulator:
         if step.kernel is not None:
             return step.kernel(step.node, args, ctx)
         return [as_float(a, ctx.float_dtype) for a in self._fallback.run(step.node, args)]
+
+    def _noise_floor(self, step: _Step) -> float:
+        """Below this, a sum or difference of the inputs is float64 rounding noise, not a value that underflows.
+
+        The mean of a normalized row is ~1e-17 in the reference: calling that an fp16 underflow would be wrong.
+        Only ops that add or subtract can cancel; an exp of -30 is genuinely tiny. Input ranges come from the
+        stats already gathered, so this costs no pass over the data.
+        """
+        known = [self.stats[id(v)] for v in step.inputs if v is not None and id(v) in self.stats]
+        if step.node.op_type in _CANCELLING:
+            return max((s.absmax for s in known), default=0.0) * _NOISE
+        if step.node.op_type in _CARRIES_NOISE:  # noise moved or scaled is still noise
+            return max((s.noise_floor for s in known), default=0.0)
+        return 0.0
 
     def _arg(self, value: Value | None, env: dict, which: int) -> np.ndarray | None:
         if value is None:

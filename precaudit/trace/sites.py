@@ -10,6 +10,7 @@ from ..analysis.compute_dtype import ComputeDtype, DtypeResolver
 # _feeding_op and _selected_by_where: one definition of "what feeds this" and "only a Where branch", shared
 # with static mode so both modes judge a node alike
 from ..analysis.sites import Site, _feeding_op, _selected_by_where, dtype_facts
+from ..analysis.constants import is_constant
 from ..dtypes import Format
 from ..ir import Graph, Node, Value
 from .measure import Probes
@@ -35,8 +36,8 @@ def value_sites(graph: Graph, resolver: DtypeResolver, stats: dict[int, ValueSta
         inputs = [stats[id(v)] for v in node.inputs if v is not None and id(v) in stats]
         for value in node.outputs:
             s = stats.get(id(value))
-            if s is None or s.elements == 0:
-                continue
+            if s is None or s.elements == 0 or is_constant(value):
+                continue  # constants (an eps cast to fp16) are the static rules' business
             facts = {"op": node.op_type, "value": value.name, "elements": s.elements, "samples": samples,
                      "absmax": s.absmax, "min_nonzero": s.min_nonzero if math.isfinite(s.min_nonzero) else None,
                      "overflow_fraction": s.fraction(s.overflow), "underflow_fraction": s.fraction(s.underflow),

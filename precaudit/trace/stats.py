@@ -31,8 +31,11 @@ class ValueStats:
     nonfinite: int = 0  # inf or NaN in the emulated run
     ref_nonfinite: int = 0  # inf or NaN in the reference itself
     max_error: float = 0.0  # largest |emulated - reference| where both are finite
+    noise_floor: float = 0.0  # reference values at or below this are rounding noise (see Emulator._noise_floor)
 
-    def add(self, ref: np.ndarray, emu: np.ndarray) -> None:
+    def add(self, ref: np.ndarray, emu: np.ndarray, noise_floor: float = 0.0) -> None:
+        """Count one sample; reference values at or below noise_floor are cancellation noise, not underflow."""
+        self.noise_floor = max(self.noise_floor, noise_floor)
         self.elements += ref.size
         if ref.size == 0:
             return
@@ -47,9 +50,10 @@ class ValueStats:
         self.nonzero += a.size - zeros
         small = int(np.count_nonzero(a < self.fmt.smallest_normal)) - zeros
         if small:  # the rare path: only values with tiny entries pay for the finer counts
-            under = int(np.count_nonzero((a > 0) & (a <= self.fmt.smallest_subnormal / 2)))
+            noise = int(np.count_nonzero((a > 0) & (a <= noise_floor))) if noise_floor > 0 else 0
+            under = int(np.count_nonzero((a > noise_floor) & (a <= self.fmt.smallest_subnormal / 2)))
             self.underflow += under
-            self.subnormal += small - under
+            self.subnormal += small - under - noise
         if self.nonzero:
             self.min_nonzero = min(self.min_nonzero, float(np.min(a, where=a > 0, initial=math.inf)))
         emu_finite = np.isfinite(emu)
