@@ -24,6 +24,7 @@ class Format:
     ulp_at_1: float
     exp_overflow: float  # x above which exp(x) exceeds max
     square_overflow: float  # |x| above which x*x exceeds max
+    overflow_threshold: float  # |x| from which rounding gives inf (or NaN): max plus half an ulp at max
 
     def numbers(self) -> dict[str, float | str]:
         """The format's numbers as rule-condition names (fmt_max, fmt_smallest_normal, ...)."""
@@ -42,6 +43,7 @@ def _make(name: str, long_name: str, dtype) -> Format:
     dt = np.dtype(dtype)
     fi = ml_dtypes.finfo(dt)  # handles numpy's own floats too
     fmax = float(fi.max)
+    half_ulp_at_max = 2.0 ** (math.floor(math.log2(fmax)) - int(fi.nmant)) / 2
     return Format(
         name=name,
         long_name=long_name,
@@ -52,6 +54,7 @@ def _make(name: str, long_name: str, dtype) -> Format:
         ulp_at_1=float(fi.eps),
         exp_overflow=math.log(fmax),
         square_overflow=math.sqrt(fmax),
+        overflow_threshold=fmax + half_ulp_at_max,
     )
 
 

@@ -51,3 +51,11 @@ def test_aliases():
     assert format_named("float16") is FORMATS["fp16"] and format_named("E4M3") is FORMATS["fp8-e4m3"]
     with pytest.raises(KeyError):
         format_named("fp12")
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16", "fp8-e4m3", "fp8-e5m2", "fp32"])
+def test_overflow_threshold_is_where_rounding_leaves_the_range(name):
+    f = FORMATS[name]
+    quarter_ulp = (f.overflow_threshold - f.max) / 2
+    assert round_to_format(f.max + quarter_ulp, f) == f.max  # still rounds back down to max
+    assert not math.isfinite(round_to_format(f.overflow_threshold + quarter_ulp, f))

@@ -25,7 +25,7 @@ class ValueStats:
     absmax: float = 0.0
     min_nonzero: float = math.inf
     nonzero: int = 0
-    overflow: int = 0  # |x| above the format's max
+    overflow: int = 0  # |x| that rounds to inf (or NaN): at least half an ulp above the format's max
     underflow: int = 0  # nonzero, but rounds to 0 (|x| at most half the smallest subnormal)
     subnormal: int = 0  # lands among the subnormals
     nonfinite: int = 0  # inf or NaN in the emulated run
@@ -45,7 +45,8 @@ class ValueStats:
         if ref_finite < a.size:
             a = np.where(np.isfinite(a), a, 0.0)
         self.absmax = max(self.absmax, float(a.max()))
-        self.overflow += int(np.count_nonzero(a > self.fmt.max))
+        # 65519 still rounds to 65504 in fp16: only from max + half an ulp does a value become inf
+        self.overflow += int(np.count_nonzero(a >= self.fmt.overflow_threshold))
         zeros = a.size - int(np.count_nonzero(a))
         self.nonzero += a.size - zeros
         small = int(np.count_nonzero(a < self.fmt.smallest_normal)) - zeros
