@@ -38,7 +38,7 @@ FACT_NAMES["logsoftmax"].add("axis")
 FACT_NAMES["traced_value"] = {"op", "value", "elements", "samples", "absmax", "min_nonzero", "overflow_fraction",
                               "underflow_fraction", "subnormal_fraction", "nonfinite_fraction",
                               "ref_nonfinite_fraction", "rel_error", "input_overflow_fraction",
-                              "input_underflow_fraction", *_DTYPE_FACTS}
+                              "input_underflow_fraction", "constant_input_overflows", *_DTYPE_FACTS}
 FACT_NAMES["traced_norm"] = FACT_NAMES["norm"] | {"rows", "min_variance", "median_variance", "zero_variance_rows",
                                                   "rows_below_eps", "rows_below_eps_fraction", "samples"}
 FACT_NAMES["traced_op"] = {"op", "input_op", "in_norm_chain", "selected_by_where", "samples", "input_max", "input_min",

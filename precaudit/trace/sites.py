@@ -45,9 +45,23 @@ def value_sites(graph: Graph, resolver: DtypeResolver, stats: dict[int, ValueSta
                      "ref_nonfinite_fraction": s.fraction(s.ref_nonfinite), "rel_error": s.rel_error,
                      "input_overflow_fraction": max((i.fraction(i.overflow) for i in inputs), default=0.0),
                      "input_underflow_fraction": max((i.fraction(i.underflow) for i in inputs), default=0.0),
+                     "constant_input_overflows": _constant_overflows(node, s.fmt),
                      **dtype_facts(_held_dtype(value, s.fmt, resolver), resolver)}
             sites.append(Site("traced_value", node, facts))
     return sites
+
+
+def _constant_overflows(node: Node, fmt: Format) -> bool:
+    """A constant input already beyond the format (a finfo(float32).min attention mask): the overflow is the
+    constant's, set when the model was written, not an activation that grew."""
+    for value in node.inputs:
+        if value is not None and is_constant(value):
+            while not value.is_const:  # through the Cast/Expand/Reshape to the stored constant
+                value = value.producer.input(0)
+            data = value.const()
+            if data is not None and data.dtype.kind == "f" and data.size and float(abs(data).max()) >= fmt.overflow_threshold:
+                return True
+    return False
 
 
 def norm_sites(probes: Probes, samples: int) -> list[Site]:
