@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from .analysis.compute_dtype import DtypeResolver
 from .analysis.collect import collect_sites
+from .analysis.sites import Site
 from .dtypes import Format
 from .errors import InputError
 from .finding import Finding
@@ -40,6 +41,19 @@ def load_graph(path: str, torch_options: TorchOptions | None = None, target: str
                            "(model.py:factory, package.module:factory, .pt2, TorchScript .pt)")
 
 
+def _traced(path: str, graph: Graph, resolver: DtypeResolver, trace: TraceOptions,
+            torch_options: TorchOptions | None, target: Format, keep_fp32: list[str]) -> list[Site]:
+    """Traced sites; a PyTorch model is run from its ONNX export, since the emulator runs ONNX ops."""
+    from .trace import traced_sites  # numpy emulation loads only in traced mode
+
+    if path.lower().endswith(".onnx"):
+        return traced_sites(graph, resolver, trace)
+    from .frontends.torch_input import load_torch_for_trace
+
+    exported = load_torch_for_trace(path, torch_options or TorchOptions(), target.name)
+    return traced_sites(exported, DtypeResolver(exported, target, keep_fp32), trace)
+
+
 def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32: list[str],
                  torch_options: TorchOptions | None = None, trace: TraceOptions | None = None) -> AuditResult:
     """Audit each model; a model that fails to load is recorded as an error and the rest go on."""
@@ -51,9 +65,7 @@ def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32:
             patterns = {rule.id: rule.pattern for rule in rules if rule.pattern is not None}
             sites = collect_sites(graph, resolver, patterns)
             if trace is not None:
-                from .trace import traced_sites  # numpy emulation and onnxruntime load only in traced mode
-
-                sites += traced_sites(graph, resolver, trace)
+                sites += _traced(path, graph, resolver, trace, torch_options, target, keep_fp32)
             result.findings.extend(drop_suppressed(apply_rules(rules, sites, path)))
         except InputError as exc:
             result.errors.append(exc)

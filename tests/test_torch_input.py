@@ -121,3 +121,15 @@ def test_without_torch_installed(tmp_path):
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert run.returncode == 2
     assert "needs torch: pip install 'precaudit[torch]'" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_traced_mode_on_a_module_names_the_python_line(tmp_path):
+    _, results = audit(tmp_path, "loud_rmsnorm", "--trace", "--select", "PA9")
+    overflow = [r for r in results if r["rule_id"] == "PA901"]
+    assert [(r["source_line"], r["scope"]) for r in overflow] == [(line_of("traced: 300² = 90000"), None)]
+    assert overflow[0]["values"]["absmax"] >= 90000
+
+
+def test_traced_mode_twin_with_the_float32_upcast(tmp_path):
+    _, results = audit(tmp_path, "loud_rmsnorm_upcast", "--trace", "--select", "PA9")
+    assert results == []

@@ -29,7 +29,7 @@ from ..ir import Graph
 from ..options import TorchOptions
 from .aten_lowering import lower_exported_program
 
-__all__ = ["load_torch_graph"]
+__all__ = ["load_torch_graph", "load_torch_as_onnx"]
 
 _CAPTURE_IN = {"fp16": torch.float16, "bf16": torch.bfloat16}
 _INPUT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
@@ -46,6 +46,35 @@ def load_torch_graph(spec: str, options: TorchOptions, target: str = "fp16") -> 
     else:
         module, args = _from_factory(spec, options)
         graph = _capture(module, args, spec, target)
+    return graph
+
+
+def load_torch_as_onnx(spec: str, options: TorchOptions, target: str = "fp16") -> Graph:
+    """The model as the dynamo ONNX exporter writes it, for traced mode, whose emulator runs ONNX ops.
+
+    Exported in the target dtype (fp16/bf16) so explicit upcasts survive as Casts; nodes keep the source
+    lines and module paths the exporter records.
+    """
+    from .onnx import load_onnx
+
+    lowered = spec.lower()
+    if lowered.endswith((".pt", ".pth", ".ts")):
+        return _load_torchscript_or_pickle(spec, options, target, as_onnx=True)
+    if lowered.endswith(".pt2"):
+        program, args = _load_pt2(spec, options), ()
+    else:
+        module, args = _from_factory(spec, options)
+        program, args = _converted(module.eval(), args, target)
+    with _tempdir() as folder:
+        out = Path(folder) / "traced.onnx"
+        try:
+            with _quiet():
+                torch.onnx.export(program, args, str(out), dynamo=True, opset_version=18)
+        except Exception as exc:
+            raise InputError(spec, f"traced mode exports the model to ONNX first, and that failed ({type(exc).__name__}: "
+                                   f"{_first_line(exc)}); audit an ONNX export with --trace instead") from None
+        graph = load_onnx(str(out))
+    graph.path = spec
     return graph
 
 
@@ -113,7 +142,7 @@ def _load_pt2(spec: str, options: TorchOptions):
         raise InputError(spec, f"not a loadable torch.export program ({type(exc).__name__}: {_first_line(exc)})") from None
 
 
-def _load_torchscript_or_pickle(spec: str, options: TorchOptions, target: str) -> Graph:
+def _load_torchscript_or_pickle(spec: str, options: TorchOptions, target: str, as_onnx: bool = False) -> Graph:
     """TorchScript archives load without running Python code; a pickled module needs --trust-pickle."""
     path = _existing(spec)
     if _is_torchscript(path):
@@ -135,6 +164,8 @@ def _load_torchscript_or_pickle(spec: str, options: TorchOptions, target: str) -
     if not isinstance(model, nn.Module):
         raise InputError(spec, f"holds a {type(model).__name__}, not an nn.Module (a state_dict needs the model's code: "
                                "use a factory, model.py:make_model)")
+    if as_onnx:
+        return _torchscript_graph(model, spec, options)  # an nn.Module goes through the same ONNX exporter
     return _capture(model, _synthesized(spec, options), spec, target)
 
 
@@ -167,12 +198,17 @@ def _torchscript_graph(scripted, spec: str, options: TorchOptions) -> Graph:
 # ---- capture ---------------------------------------------------------------------------------------------
 
 
-def _capture(model: nn.Module, args: tuple, spec: str, target: str) -> Graph:
-    model = model.eval()
+def _converted(model: nn.Module, args: tuple, target: str) -> tuple[nn.Module, tuple]:
+    """model.to(dtype) with its float inputs, for fp16/bf16 targets; unchanged otherwise."""
     dtype = _CAPTURE_IN.get(target)
-    if dtype is not None:
-        model = model.to(dtype)
-        args = tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+    if dtype is None:
+        return model, args
+    return model.to(dtype), tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                                  for a in args)
+
+
+def _capture(model: nn.Module, args: tuple, spec: str, target: str) -> Graph:
+    model, args = _converted(model.eval(), args, target)
     try:
         with _quiet():
             ep = torch.export.export(model, args, strict=False)
