@@ -170,7 +170,9 @@ def _narrower(at_eps: ComputeDtype | None, at_root: ComputeDtype | None, root: N
 
 
 def _chain_glob(node: Node, root: Node) -> str:
-    """A --keep-fp32 entry covering the norm chain: its name prefix, or the nodes themselves."""
+    """A --keep-fp32 entry covering the norm chain: its module path, its name prefix, or the nodes themselves."""
+    if node.scope and node.scope == root.scope and "/" not in node.name:  # torch.export names carry no path
+        return node.scope
     if "/" in node.name.strip("/"):
         return node.name.rsplit("/", 1)[0] + "/*"
     return node.name if node is root else f"{node.name},{root.name}"
