@@ -69,7 +69,7 @@ def _scan_root(root: Node, graph: Graph, resolver: DtypeResolver, scan: ChainSca
     facts = {"norm": _family(stat) if divisions or rsqrt or placement == "missing" else "std", "op": site_node.op_type, "eps_role": "eps", "eps_placement": placement,
              "eps_source": eps.source if eps else "none in the graph",
              "missing_note": _OPTIMIZED_AWAY if placement == "missing" and graph.exporter == "torch-dynamo" else "",
-             "keep_hint": _chain_glob(site_node, root), **_square_facts(stat, resolver),
+             "keep_hint": _chain_glob(site_node, root), "stat_floor": None, **_square_facts(stat, resolver),
              **eps_facts(eps.value if eps else None, dtype), **dtype_facts(dtype, resolver)}
     scan.sites.append(Site("norm", site_node, facts))
     scan.claimed.update(id(n) for n in (root, site_node, *divisions))

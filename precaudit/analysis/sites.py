@@ -25,7 +25,8 @@ _DTYPE_FACTS = {"compute_dtype", "compute_reason", "target_dtype", *FORMATS["fp3
 _EPS_FACTS = {"has_eps", "eps", "eps_rounded", "eps_class", "eps_source", "eps_role", "eps_placement", "keep_hint"}
 _OP_FACTS = {"op", "input_op", "input_class", "in_norm_chain", "selected_by_where", *_DTYPE_FACTS}
 FACT_NAMES: dict[str, set[str]] = {
-    "norm": {"norm", "op", "missing_note", "stat_dtype", "stat_square_overflow", *_EPS_FACTS, *_DTYPE_FACTS},
+    "norm": {"norm", "op", "missing_note", "stat_dtype", "stat_square_overflow", "stat_floor", *_EPS_FACTS,
+             *_DTYPE_FACTS},
     **{op.lower(): set(_OP_FACTS) for op in _OP_SITES},
 }
 FACT_NAMES["div"] |= {"divisor_op", "divisor_class"}
@@ -107,8 +108,21 @@ def _norm_site(node: Node, spec: NormSpec, resolver: DtypeResolver) -> Site | No
     facts = {"norm": _family(node, spec), "op": node.op_type, "eps_source": source, "eps_role": spec.eps_role,
              "keep_hint": node.op_type, "eps_placement": spec.placement, "missing_note": "",
              "stat_dtype": None, "stat_square_overflow": None,  # fused kernels choose their own accumulation
-             **eps_facts(eps, dtype), **dtype_facts(dtype, resolver)}
+             "stat_floor": _running_var_floor(node), **eps_facts(eps, dtype), **dtype_facts(dtype, resolver)}
     return Site("norm", node, facts)
+
+
+_MAX_CHANNELS = 65536  # running statistics are one number per channel: small enough to read
+
+
+def _running_var_floor(node: Node) -> float | None:
+    """BatchNormalization in inference divides by sqrt(running_var + eps): the smallest running variance
+    decides whether the eps matters at all (it does only for channels whose variance is about 0)."""
+    var = node.input(4) if node.op_type == "BatchNormalization" else None
+    if var is None or not var.is_const or (var.const_size or 0) > _MAX_CHANNELS:
+        return None
+    data = var.const()
+    return float(np.min(data)) if data is not None and data.size else None
 
 
 def _family(node: Node, spec: NormSpec) -> str:
