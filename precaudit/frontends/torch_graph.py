@@ -55,8 +55,6 @@ def load_torch_as_onnx(spec: str, options: TorchOptions, target: str = "fp16") -
     Exported in the target dtype (fp16/bf16) so explicit upcasts survive as Casts; nodes keep the source
     lines and module paths the exporter records.
     """
-    from .onnx import load_onnx
-
     lowered = spec.lower()
     if lowered.endswith((".pt", ".pth", ".ts")):
         return _load_torchscript_or_pickle(spec, options, target, as_onnx=True)
@@ -65,17 +63,9 @@ def load_torch_as_onnx(spec: str, options: TorchOptions, target: str = "fp16") -
     else:
         module, args = _from_factory(spec, options)
         program, args = _converted(module.eval(), args, target)
-    with _tempdir() as folder:
-        out = Path(folder) / "traced.onnx"
-        try:
-            with _quiet():
-                torch.onnx.export(program, args, str(out), dynamo=True, opset_version=18)
-        except Exception as exc:
-            raise InputError(spec, f"traced mode exports the model to ONNX first, and that failed ({type(exc).__name__}: "
-                                   f"{_first_line(exc)}); audit an ONNX export with --trace instead") from None
-        graph = load_onnx(str(out))
-    graph.path = spec
-    return graph
+    return _via_onnx(program, args, spec, dynamo=True,
+                     failure="traced mode exports the model to ONNX first, and that failed ({}); audit an ONNX "
+                             "export with --trace instead")
 
 
 # ---- sources ---------------------------------------------------------------------------------------------
@@ -179,17 +169,22 @@ def _is_torchscript(path: Path) -> bool:
 
 def _torchscript_graph(scripted, spec: str, options: TorchOptions) -> Graph:
     """TorchScript has no torch.export path: run it through the TorchScript ONNX exporter and read that."""
+    return _via_onnx(scripted, _synthesized(spec, options), spec, dynamo=False,
+                     failure="could not convert the TorchScript module ({}); check --input-shape, or audit an ONNX "
+                             "export instead")
+
+
+def _via_onnx(model, args: tuple, spec: str, dynamo: bool, failure: str) -> Graph:
+    """Export to a temporary ONNX file with torch.onnx and read that; failure names what went wrong."""
     from .onnx import load_onnx
 
-    args = _synthesized(spec, options)
     with _tempdir() as folder:
-        out = Path(folder) / "torchscript.onnx"
+        out = Path(folder) / "model.onnx"
         try:
             with _quiet():
-                torch.onnx.export(scripted, args, str(out), dynamo=False, opset_version=17)
+                torch.onnx.export(model, args, str(out), dynamo=dynamo, opset_version=18 if dynamo else 17)
         except Exception as exc:
-            raise InputError(spec, f"could not convert the TorchScript module ({_first_line(exc)}); "
-                                   "check --input-shape, or audit an ONNX export instead") from None
+            raise InputError(spec, failure.format(f"{type(exc).__name__}: {_first_line(exc)}")) from None
         graph = load_onnx(str(out))
     graph.path = spec
     return graph
