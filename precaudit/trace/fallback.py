@@ -60,5 +60,5 @@ class ReferenceFallback:
 def as_float(array: np.ndarray, dtype: type) -> np.ndarray:
     """Float arrays (ml_dtypes' bfloat16 and fp8 included) in the run's dtype; others unchanged."""
     if array.dtype.kind == "f" or array.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
-        return array.astype(dtype)
+        return array.astype(dtype, copy=False)
     return array

@@ -32,13 +32,29 @@ def _ints(a: np.ndarray | None) -> list[int] | None:
 
 
 def erf(x: np.ndarray) -> np.ndarray:
-    """erf without scipy: Abramowitz & Stegun 7.1.26 in the input's dtype (|error| < 1.5e-7, about float32's ulp at 1)."""
+    """erf without scipy: Abramowitz & Stegun 7.1.26 in the input's dtype (|error| < 1.5e-7, about float32's ulp at 1).
+
+    Evaluated in place on two buffers; each operation is the one the plain formula
+    copysign(1 - t*(c0 + t*(c1 + ...)) * exp(-a*a), x) with t = 1 / (1 + p*a) does, so the bits are the same.
+    """
     x = np.asarray(x) if np.asarray(x).dtype.kind == "f" else np.asarray(x, dtype=np.float64)
+    if x.ndim == 0:  # numpy gives scalars, not arrays to write into, for 0-d operands
+        return erf(x.reshape(1)).reshape(())
     a = np.abs(x)
-    t = 1 / (1 + x.dtype.type(0.3275911) * a)
+    t = np.multiply(a, x.dtype.type(0.3275911))
+    t += 1
+    np.divide(1, t, out=t)
     c = [x.dtype.type(v) for v in (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)]
-    poly = t * (c[0] + t * (c[1] + t * (c[2] + t * (c[3] + t * c[4]))))
-    return np.copysign(1 - poly * np.exp(-a * a), x)
+    poly = np.multiply(t, c[4])
+    for k in (3, 2, 1, 0):
+        poly += c[k]
+        poly *= t
+    g = np.negative(a, out=t)
+    g *= a
+    np.exp(g, out=g)
+    poly *= g
+    np.subtract(1, poly, out=poly)
+    return np.copysign(poly, x, out=poly)
 
 
 def _axes(node: Node, args: Arrays, input_index: int = 1) -> list[int] | None:
@@ -90,8 +106,10 @@ def _softmax_axis(node: Node, x: np.ndarray) -> tuple[np.ndarray, int, tuple]:
 
 def _softmax(node, args, ctx):
     x, axis, shape = _softmax_axis(node, args[0])
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return [(e / np.sum(e, axis=axis, keepdims=True)).reshape(shape)]
+    e = np.subtract(x, np.max(x, axis=axis, keepdims=True))
+    np.exp(e, out=e)
+    e /= np.sum(e, axis=axis, keepdims=True)
+    return [e.reshape(shape)]
 
 
 def _logsoftmax(node, args, ctx):

@@ -10,7 +10,8 @@ from ..analysis.compute_dtype import DtypeResolver
 from ..analysis.constants import resolve_scalar
 from ..analysis.decomposed import find_decomposed_norms
 from ..analysis.signs import SignAnalysis
-from ..analysis.sites import Site, find_sites
+from ..analysis.fused_norms import FUSED_NORMS
+from ..analysis.sites import Site, _norm_site
 from ..ir import Graph, Node
 from .emulator import Emulator
 from .stats import InputStats, VarianceStats
@@ -35,7 +36,7 @@ def attach_probes(graph: Graph, resolver: DtypeResolver, emulator: Emulator) -> 
     """Find the static norm sites (so both modes agree on what a norm is) and hook a measurement onto each."""
     chains = find_decomposed_norms(graph, resolver)
     probes = Probes(claimed=set(chains.claimed))
-    static = [s for s in find_sites(graph, resolver, probes.signs) if s.kind == "norm"] + chains.sites
+    static = _fused_norm_sites(graph, resolver) + chains.sites
     for site in static:
         hook = _variance_hook(site, emulator)
         if hook is not None:
@@ -49,6 +50,18 @@ def attach_probes(graph: Graph, resolver: DtypeResolver, emulator: Emulator) -> 
             emulator.hooks.setdefault(id(node), []).append(_input_hook(stats, index))
             probes.ops.append((node, stats))
     return probes
+
+
+def _fused_norm_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
+    """The "norm" sites of analysis.sites.find_sites, without building its single-op sites only to drop them."""
+    sites = []
+    for node in graph.nodes:
+        spec = FUSED_NORMS.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
+        if spec is not None:
+            site = _norm_site(node, spec, resolver)
+            if site is not None:
+                sites.append(site)
+    return sites
 
 
 def _input_hook(stats: InputStats, index: int):

@@ -59,7 +59,9 @@ def _constant_overflows(node: Node, fmt: Format) -> bool:
             while not value.is_const:  # through the Cast/Expand/Reshape to the stored constant
                 value = value.producer.input(0)
             data = value.const()
-            if data is not None and data.dtype.kind == "f" and data.size and float(abs(data).max()) >= fmt.overflow_threshold:
+            # max(max, -min) is max(|data|) without an |data| copy of a weight matrix
+            if data is not None and data.dtype.kind == "f" and data.size and \
+                    max(float(data.max()), -float(data.min())) >= fmt.overflow_threshold:
                 return True
     return False
 

@@ -35,37 +35,92 @@ class ValueStats:
 
     def add(self, ref: np.ndarray, emu: np.ndarray, noise_floor: float = 0.0) -> None:
         """Count one sample; reference values at or below noise_floor are cancellation noise, not underflow."""
+        self.merge(self.measure(ref, emu, noise_floor), noise_floor)
+
+    def merge(self, sample: tuple, noise_floor: float = 0.0) -> None:
+        """Fold in one sample's counts, as measure() gave them for this format and noise floor."""
         self.noise_floor = max(self.noise_floor, noise_floor)
-        self.elements += ref.size
-        if ref.size == 0:
+        (size, ref_nonfinite, absmax, overflow, nonzero, underflow, subnormal, min_nonzero, nonfinite,
+         max_error) = sample
+        self.elements += size
+        if size == 0:
             return
+        self.ref_nonfinite += ref_nonfinite
+        self.absmax = max(self.absmax, absmax)
+        self.overflow += overflow
+        self.nonzero += nonzero
+        self.underflow += underflow
+        self.subnormal += subnormal
+        self.min_nonzero = min(self.min_nonzero, min_nonzero)
+        self.nonfinite += nonfinite
+        self.max_error = max(self.max_error, max_error)
+
+    def measure(self, ref: np.ndarray, emu: np.ndarray, noise_floor: float = 0.0) -> tuple:
+        """One sample's counts: (elements, ref_nonfinite, absmax, overflow, nonzero, underflow, subnormal,
+        min_nonzero, nonfinite, max_error).
+
+        The common case costs a few passes: |ref| with its max and min, and emu - ref with its max and min.
+        The finer counts run only when those bounds cannot rule them out (a finite max proves every element
+        finite, a min at or above the smallest normal proves nothing underflows), and then exactly as in
+        _measure_exact, which any non-finite value falls back to.
+        """
+        size = ref.size
+        if size == 0:
+            return (0, 0, 0.0, 0, 0, 0, 0, math.inf, 0, 0.0)
+        fmt = self.fmt
         a = np.abs(ref)
+        amax = float(a.max())
+        if not math.isfinite(amax):
+            return self._measure_exact(ref, emu, noise_floor)
+        amin = float(a.min())
+        overflow = int(np.count_nonzero(a >= fmt.overflow_threshold)) if amax >= fmt.overflow_threshold else 0
+        underflow = subnormal = 0
+        if amin >= fmt.smallest_normal:
+            nonzero, min_nonzero = size, amin
+        elif amin > 0 and amin > fmt.smallest_subnormal / 2 and amin > noise_floor:
+            # no zeros, nothing that rounds to 0, no noise: every value below the smallest normal is subnormal
+            nonzero, min_nonzero = size, amin
+            subnormal = int(np.count_nonzero(a < fmt.smallest_normal))
+        else:
+            return self._measure_exact(ref, emu, noise_floor, a)
+        diff = emu.astype(np.float64)
+        np.subtract(diff, ref, out=diff)
+        dmax, dmin = float(diff.max()), float(diff.min())
+        if not (math.isfinite(dmax) and math.isfinite(dmin)):  # the emulated run went inf/NaN somewhere
+            return self._measure_exact(ref, emu, noise_floor, a)
+        return (size, 0, amax, overflow, nonzero, underflow, subnormal, min_nonzero, 0, abs(max(dmax, -dmin)))
+
+    def _measure_exact(self, ref: np.ndarray, emu: np.ndarray, noise_floor: float, a: np.ndarray | None = None) -> tuple:
+        """measure() for any array: every count taken in full (non-finite values, zeros, underflow, noise)."""
+        fmt = self.fmt
+        if a is None:
+            a = np.abs(ref)
         ref_finite = np.count_nonzero(np.isfinite(a)) if not np.isfinite(a.max()) else a.size
-        self.ref_nonfinite += a.size - ref_finite
+        ref_nonfinite = a.size - ref_finite
         if ref_finite < a.size:
             a = np.where(np.isfinite(a), a, 0.0)
-        self.absmax = max(self.absmax, float(a.max()))
+        absmax = float(a.max())
         # 65519 still rounds to 65504 in fp16: only from max + half an ulp does a value become inf
-        self.overflow += int(np.count_nonzero(a >= self.fmt.overflow_threshold))
+        overflow = int(np.count_nonzero(a >= fmt.overflow_threshold))
         zeros = a.size - int(np.count_nonzero(a))
-        self.nonzero += a.size - zeros
-        small = int(np.count_nonzero(a < self.fmt.smallest_normal)) - zeros
+        nonzero = a.size - zeros
+        small = int(np.count_nonzero(a < fmt.smallest_normal)) - zeros
+        underflow = subnormal = 0
         if small:  # the rare path: only values with tiny entries pay for the finer counts
             noise = int(np.count_nonzero((a > 0) & (a <= noise_floor))) if noise_floor > 0 else 0
-            under = int(np.count_nonzero((a > noise_floor) & (a <= self.fmt.smallest_subnormal / 2)))
-            self.underflow += under
-            self.subnormal += small - under - noise
-        if self.nonzero:
-            self.min_nonzero = min(self.min_nonzero, float(np.min(a, where=a > 0, initial=math.inf)))
+            underflow = int(np.count_nonzero((a > noise_floor) & (a <= fmt.smallest_subnormal / 2)))
+            subnormal = small - underflow - noise
+        min_nonzero = float(np.min(a, where=a > 0, initial=math.inf)) if nonzero else math.inf
         emu_finite = np.isfinite(emu)
         n_emu_finite = int(np.count_nonzero(emu_finite))
-        self.nonfinite += emu.size - n_emu_finite
+        nonfinite = emu.size - n_emu_finite
         if n_emu_finite == emu.size and ref_finite == a.size:
             diff = np.abs(emu - ref)
         else:
             both = emu_finite & np.isfinite(ref)
             diff = np.where(both, np.abs(np.where(both, emu, 0) - np.where(both, ref, 0)), 0)
-        self.max_error = max(self.max_error, float(diff.max()))
+        return (a.size, ref_nonfinite, absmax, overflow, nonzero, underflow, subnormal, min_nonzero, nonfinite,
+                float(diff.max()))
 
     def fraction(self, count: int) -> float:
         return count / self.elements if self.elements else 0.0
