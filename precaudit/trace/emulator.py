@@ -54,35 +54,35 @@ _INF_BITS = np.uint32(0x7F800000)
 
 
 def round_fp16(x: np.ndarray) -> np.ndarray:
-    """float32 → nearest float16 (ties to even) → float32, bit for bit what astype(float16) gives, ~6x faster.
+    """float32 → nearest float16 (ties to even) → float32, bit for bit what astype(float16) gives, ~5x faster.
 
     numpy's float16 cast has no vector path on most builds, and the emulation rounds every intermediate,
-    so this is the hot path. Normal numbers: round the mantissa to 10 bits on the integer bits (the sign
-    bit rides along: no finite magnitude carries into it). Subnormals (|x| < 2**-14, spacing 2**-24):
-    (|x| + 0.5) - 0.5, because float32's spacing at 0.5 is 2**-24. Arrays with a value that rounds to inf,
-    or is inf or NaN, take _round_fp16_general.
+    so this is the hot path. Normal numbers: Veltkamp's split, c = x * (2**13 + 1), x rounded to 11
+    significant bits = c - (c - x) (exact, ties to even, for every float32 from 2**-14 up to 65520:
+    checked on all of them). Subnormals (|x| < 2**-14, spacing 2**-24): (|x| + 0.5) - 0.5, because
+    float32's spacing at 0.5 is 2**-24. Arrays with a value that rounds to inf, or is inf or NaN, take
+    _round_fp16_general.
     """
-    shape = np.shape(x)
-    x = np.ascontiguousarray(x)  # 0-d becomes 1-d here
-    bits = x.view(np.uint32)
-    twice = bits << np.uint32(1)  # the magnitude's bits, shifted past the sign
-    if twice.size and twice.max() >= _FP16_OVERFLOW_TWICE:
-        return _round_fp16_general(x).reshape(shape)
-    tiny = twice < _FP16_MIN_NORMAL_TWICE
-    out = np.right_shift(bits, np.uint32(13), out=twice)
-    out &= np.uint32(1)
-    out += bits
-    out += np.uint32(0xFFF)
-    out &= np.uint32(0xFFFFE000)
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim == 0:  # numpy gives scalars, not arrays to write into, for 0-d operands
+        return round_fp16(x.reshape(1)).reshape(())
+    if x.size == 0:
+        return x.copy()
+    a = np.abs(x)
+    if not a.max() < _FP16_OVERFLOW:  # NaN compares false too
+        return _round_fp16_general(x)
+    tiny = a < _FP16_MIN_NORMAL
+    out = np.multiply(x, _VELTKAMP)
+    np.subtract(out, x, out=a)
+    np.subtract(out, a, out=out)
     if np.count_nonzero(tiny):
         small = x[tiny]
-        out[tiny] = ((np.abs(small) + np.float32(0.5)) - np.float32(0.5)).view(np.uint32) | \
-            (small.view(np.uint32) & np.uint32(0x80000000))
-    return out.view(np.float32).reshape(shape)
+        out[tiny] = np.copysign((np.abs(small) + np.float32(0.5)) - np.float32(0.5), small)
+    return out
 
 
-_FP16_OVERFLOW_TWICE = np.uint32(0x477FF000 << 1)  # 65520 = 65504 + half an ulp: rounds to inf (ties to even)
-_FP16_MIN_NORMAL_TWICE = np.uint32(0x38800000 << 1)  # 2**-14
+_FP16_OVERFLOW = np.float32(65520.0)  # 65504 + half an ulp: rounds to inf (ties to even)
+_VELTKAMP = np.float32(2.0 ** 13 + 1)
 
 
 def _round_fp16_general(x: np.ndarray) -> np.ndarray:

@@ -61,8 +61,9 @@ class ValueStats:
 
         The common case costs a few passes: |ref| with its max and min, and emu - ref with its max and min.
         The finer counts run only when those bounds cannot rule them out (a finite max proves every element
-        finite, a min at or above the smallest normal proves nothing underflows), and then exactly as in
-        _measure_exact, which any non-finite value falls back to.
+        finite, a min at or above the smallest normal proves nothing underflows), and then on the few values
+        below the smallest normal. Non-finite values fall back to _measure_exact, which counts everything
+        on the whole array.
         """
         size = ref.size
         if size == 0:
@@ -75,14 +76,23 @@ class ValueStats:
         amin = float(a.min())
         overflow = int(np.count_nonzero(a >= fmt.overflow_threshold)) if amax >= fmt.overflow_threshold else 0
         underflow = subnormal = 0
-        if amin >= fmt.smallest_normal:
-            nonzero, min_nonzero = size, amin
-        elif amin > 0 and amin > fmt.smallest_subnormal / 2 and amin > noise_floor:
-            # no zeros, nothing that rounds to 0, no noise: every value below the smallest normal is subnormal
-            nonzero, min_nonzero = size, amin
-            subnormal = int(np.count_nonzero(a < fmt.smallest_normal))
-        else:
-            return self._measure_exact(ref, emu, noise_floor, a)
+        nonzero, min_nonzero = size, amin
+        if amin < fmt.smallest_normal:  # the finer counts look only at the values below the smallest normal
+            tiny = a[a < fmt.smallest_normal]
+            zeros = int(np.count_nonzero(tiny == 0)) if amin == 0 else 0
+            nonzero = size - zeros
+            small = tiny.size - zeros
+            if small and noise_floor >= fmt.smallest_normal:  # noise reaches above the tiny values
+                return self._measure_exact(ref, emu, noise_floor, a)
+            if small:
+                noise = int(np.count_nonzero((tiny > 0) & (tiny <= noise_floor))) if noise_floor > 0 else 0
+                underflow = int(np.count_nonzero((tiny > noise_floor) & (tiny <= fmt.smallest_subnormal / 2)))
+                subnormal = small - underflow - noise
+            if zeros:
+                if small:
+                    min_nonzero = float(tiny[tiny > 0].min())
+                else:
+                    min_nonzero = float(np.min(a, where=a > 0, initial=math.inf)) if nonzero else math.inf
         diff = emu.astype(np.float64)
         np.subtract(diff, ref, out=diff)
         dmax, dmin = float(diff.max()), float(diff.min())
