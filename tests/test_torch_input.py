@@ -133,3 +133,15 @@ def test_traced_mode_on_a_module_names_the_python_line(tmp_path):
 def test_traced_mode_twin_with_the_float32_upcast(tmp_path):
     _, results = audit(tmp_path, "loud_rmsnorm_upcast", "--trace", "--select", "PA9")
     assert results == []
+
+
+def test_json_report_of_a_traced_module_matches_the_schema(tmp_path):
+    import json
+
+    import jsonschema
+
+    schema = json.loads((SRC.parents[2] / "precaudit/schemas/report.schema.json").read_text())
+    code, report = run_json([f"{SRC}:loud_rmsnorm"], "--trace", out_dir=tmp_path)
+    jsonschema.Draft7Validator(schema).validate(report)
+    assert {r["rule_id"] for r in report["results"]} >= {"PA208", "PA901"}
+    assert all(r["source_file"].endswith("hazards.py") and r["source_line"] for r in report["results"])
