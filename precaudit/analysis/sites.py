@@ -15,7 +15,7 @@ from .pattern import OpP, match_node
 from .signs import SignAnalysis
 
 __all__ = ["Site", "FACT_NAMES", "PATTERN_FACTS", "find_sites", "find_pattern_sites", "eps_facts", "dtype_facts",
-           "scalar_of"]
+           "scalar_of", "feeding_op", "selected_by_where_only"]
 
 # Single ops audited for what they do with their input; the site kind is the lower-case op name.
 _OP_SITES = {"Softmax", "LogSoftmax", "Log", "Sqrt", "Reciprocal", "Div", "Exp", "Pow"}
@@ -150,13 +150,13 @@ def _op_site(node: Node, resolver: DtypeResolver, signs: SignAnalysis) -> Site |
     dtype = resolver.of_node(node)
     if dtype is None:
         return None
-    facts: dict[str, Any] = {"op": node.op_type, "input_op": _feeding_op(node.input(0)),
+    facts: dict[str, Any] = {"op": node.op_type, "input_op": feeding_op(node.input(0)),
                              "input_class": signs.of(node.input(0)), "in_norm_chain": False,
-                             "selected_by_where": _selected_by_where(node),
+                             "selected_by_where": selected_by_where_only(node),
                              **dtype_facts(dtype, resolver)}
     if node.op_type in ("Div", "Reciprocal"):
         divisor = node.input(1 if node.op_type == "Div" else 0)
-        facts["divisor_op"] = _feeding_op(divisor)
+        facts["divisor_op"] = feeding_op(divisor)
         facts["divisor_class"] = signs.of(divisor)
     if node.op_type == "Pow":
         facts["exponent"] = scalar_of(node.input(1))
@@ -174,7 +174,7 @@ def find_pattern_sites(graph: Graph, resolver: DtypeResolver, rule_id: str, patt
         result = match_node(pattern, node)
         dtype = resolver.of_node(node)
         if result.ok and dtype is not None:
-            facts = {"op": node.op_type, "input_op": _feeding_op(node.input(0)), **dtype_facts(dtype, resolver),
+            facts = {"op": node.op_type, "input_op": feeding_op(node.input(0)), **dtype_facts(dtype, resolver),
                      **result.bindings}
             sites.append(Site("pattern", node, facts, rule_id=rule_id))
     return sites
@@ -185,7 +185,7 @@ _ELEMENTWISE = {"Cast", "Identity", "Add", "Sub", "Mul", "Div", "Min", "Max", "C
                 "Abs", "Expand", "Unsqueeze", "Squeeze", "Reshape"}
 
 
-def _selected_by_where(node: Node, depth: int = 12) -> bool:
+def selected_by_where_only(node: Node, depth: int = 12) -> bool:
     """True when every use of the node's output ends in a branch of a Where (T5's relative-position log).
 
     Such a value is computed for every element but kept only where the condition selects it, so an inf or
@@ -211,7 +211,7 @@ def _selected_by_where(node: Node, depth: int = 12) -> bool:
     return not frontier
 
 
-def _feeding_op(value: Value | None) -> str:
+def feeding_op(value: Value | None) -> str:
     """The op type that produces a value, looking through Casts; 'input' or 'constant' at the graph's edge."""
     while value is not None and value.producer is not None and value.producer.op_type in _TRANSPARENT:
         value = value.producer.input(0)

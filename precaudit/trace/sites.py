@@ -7,9 +7,9 @@ from collections import deque
 from typing import Any
 
 from ..analysis.compute_dtype import ComputeDtype, DtypeResolver
-# _feeding_op and _selected_by_where: one definition of "what feeds this" and "only a Where branch", shared
+# feeding_op and selected_by_where_only: one definition of "what feeds this" and "only a Where branch", shared
 # with static mode so both modes judge a node alike
-from ..analysis.sites import Site, _feeding_op, _selected_by_where, dtype_facts
+from ..analysis.sites import Site, feeding_op, selected_by_where_only, dtype_facts
 from ..analysis.constants import is_constant
 from ..dtypes import Format
 from ..ir import Graph, Node, Value
@@ -85,8 +85,8 @@ def op_sites(probes: Probes, resolver: DtypeResolver, samples: int) -> list[Site
             continue
         n = s.elements
         facts: dict[str, Any] = {
-            "op": node.op_type, "input_op": _feeding_op(node.input(0)), "in_norm_chain": id(node) in probes.claimed,
-            "selected_by_where": _selected_by_where(node), "samples": samples,
+            "op": node.op_type, "input_op": feeding_op(node.input(0)), "in_norm_chain": id(node) in probes.claimed,
+            "selected_by_where": selected_by_where_only(node), "samples": samples,
             "input_max": s.max, "input_min": s.min, "input_min_abs": s.min_abs,
             "zero_fraction": s.zero / n, "negative_fraction": s.negative / n, "ref_zero_fraction": s.ref_zero / n,
             "output_nonfinite_fraction": s.output_nonfinite / n, **dtype_facts(dtype, resolver)}
