@@ -44,6 +44,7 @@ class OutputFormat(str, Enum):
     json = "json"
     sarif = "sarif"
     github = "github"
+    junit = "junit"
 
 
 class FailOn(str, Enum):
@@ -317,6 +318,9 @@ def _render(outcome: Outcome, color: bool) -> str:
     if fmt == "github":
         from .report.github import render_github
         return render_github(outcome)
+    if fmt == "junit":
+        from .report.junit import render_junit
+        return render_junit(outcome)
     from .report.text import render_text
     return render_text(outcome, color=color)
 

@@ -18,7 +18,7 @@ from .errors import InputError
 __all__ = ["Settings", "find_config", "load_settings", "FAIL_ON", "FORMATS"]
 
 FAIL_ON = ("error", "warning", "info", "never")
-FORMATS = ("text", "json", "sarif", "github")
+FORMATS = ("text", "json", "sarif", "github", "junit")
 _TABLE = "[tool.precaudit]"
 
 
