@@ -46,7 +46,7 @@ def test_text_report_names_node_numbers_reason_and_fix(underflow, capsys):
     assert "PA101 eps-underflow" in out and "node 'encoder.ln' (LayerNormalization)" in out
     assert "eps 1e-12 (attribute epsilon) rounds to 0.0 in float16" in out
     assert "why float16: stash_type=0" in out
-    assert "fix: Raise eps to at least 6.1e-05" in out
+    assert "fix: Raise eps to at least 6.104e-05" in out
     assert "1 error, 0 warnings, 0 info" in out
 
 
@@ -244,3 +244,12 @@ def test_readme_example_model(tmp_path):
     assert [(r["rule_id"], r["node_name"]) for r in report["results"]] == [
         ("PA101", "/attn_norm/Add"), ("PA208", "/attn_norm/Add"), ("PA201", "/attn/Log"),
         ("PA102", "/mlp_norm/Add"), ("PA208", "/mlp_norm/Add"), ("PA105", "/head/LpNormalization")]
+
+
+def test_control_characters_in_node_names_cannot_inject_lines(tmp_path, capsys):
+    evil = "ln\n::error file=x::injected\x1b[31m"
+    model = save(fused_norm("LayerNormalization", epsilon=1e-12, stash_type=0, name=evil), tmp_path / "m.onnx")
+    assert main([str(model), "--format", "github"]) == 1
+    out = capsys.readouterr().out
+    assert not any(line.startswith("::error file=x") for line in out.splitlines())
+    assert "\x1b" not in out and "ln\\n::error" in out

@@ -13,11 +13,11 @@ from precaudit.cli import main
 from precaudit.report.github import escape_data, escape_property
 
 UNDER = ("eps 1e-12 (attribute epsilon) rounds to 0.0 in float16: the guard against dividing by a zero statistic is gone"
-         ". At node '/encoder/ln' (LayerNormalization) in encoder. Fix: Raise eps to at least 6.1e-05, the smallest "
+         ". At node '/encoder/ln' (LayerNormalization) in encoder. Fix: Raise eps to at least 6.104e-05, the smallest "
          "normal float16, or keep this node in float32 (--keep-fp32 LayerNormalization; the same entry in your "
          "converter's op block list).")
 SUB = ("eps 1e-05 (attribute epsilon) is subnormal in float16: stored as 1.0014e-05, and 0.0 wherever subnormals are "
-       "flushed to zero. At node '/head/ln' (LayerNormalization) in head. Fix: Use eps >= 6.1e-05 (the smallest normal "
+       "flushed to zero. At node '/head/ln' (LayerNormalization) in head. Fix: Use eps >= 6.104e-05 (the smallest normal "
        "float16), or compute this node's statistics in float32 (stash_type=1, or --keep-fp32 LayerNormalization).")
 
 

@@ -18,7 +18,7 @@ from precaudit.rules.loader import load_rules
 
 SARIF_SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())
 MESSAGE = "eps 1e-12 (attribute epsilon) rounds to 0.0 in float16: the guard against dividing by a zero statistic is gone"
-FIX = ("Raise eps to at least 6.1e-05, the smallest normal float16, or keep this node in float32 "
+FIX = ("Raise eps to at least 6.104e-05, the smallest normal float16, or keep this node in float32 "
        "(--keep-fp32 LayerNormalization; the same entry in your converter's op block list).")
 
 

@@ -73,7 +73,7 @@ def test_text_report_golden(models, capsys):
         "          eps 1e-12 (attribute epsilon) rounds to 0.0 in float16: the guard against dividing by a zero "
         "statistic is gone",
         "          why float16: stash_type=0 is no float type, so the input dtype applies: model stored in float16",
-        "          fix: Raise eps to at least 6.1e-05, the smallest normal float16, or keep this node in float32 "
+        "          fix: Raise eps to at least 6.104e-05, the smallest normal float16, or keep this node in float32 "
         "(--keep-fp32 LayerNormalization; the same entry in your converter's op block list).",
         "",
         "sub.onnx  (--dtype fp16)",
@@ -81,7 +81,7 @@ def test_text_report_golden(models, capsys):
         "          eps 1e-05 (attribute epsilon) is subnormal in float16: stored as 1.0014e-05, and 0.0 wherever "
         "subnormals are flushed to zero",
         "          why float16: stash_type=0 is no float type, so the input dtype applies: model stored in float16",
-        "          fix: Use eps >= 6.1e-05 (the smallest normal float16), or compute this node's statistics in float32 "
+        "          fix: Use eps >= 6.104e-05 (the smallest normal float16), or compute this node's statistics in float32 "
         "(stash_type=1, or --keep-fp32 LayerNormalization).",
         "",
         "Found 2 findings in 2 models: 1 error, 1 warning, 0 info.",

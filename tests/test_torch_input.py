@@ -145,3 +145,9 @@ def test_json_report_of_a_traced_module_matches_the_schema(tmp_path):
     jsonschema.Draft7Validator(schema).validate(report)
     assert {r["rule_id"] for r in report["results"]} >= {"PA208", "PA901"}
     assert all(r["source_file"].endswith("hazards.py") and r["source_line"] for r in report["results"])
+
+
+def test_traced_mode_on_a_module_with_weights(tmp_path):
+    # the export's initializers are read lazily while the model runs: they must still be there
+    code, results = audit(tmp_path, "embedding_block", "--trace")
+    assert code == 0 and results == []

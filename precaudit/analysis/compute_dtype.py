@@ -93,8 +93,11 @@ class DtypeResolver:
         for node in self.graph.nodes:
             if node.op_type == "Cast":
                 fmt = format_of_onnx_type(node.attr("to", 0))
-                # casting a constant (an eps) says nothing about the dtype the activations flow in
-                origin = (node.name, fmt.name) if fmt is not None and not is_constant(node.input(0)) else None
+                # casting a constant (an eps) says nothing about the dtype the activations flow in, and casting
+                # ints or bools (a mask, positions) to float32 is no upcast of activations
+                source = node.input(0)
+                upcast = source is not None and source.dtype in _FLOAT_NAMES and not is_constant(source)
+                origin = (node.name, fmt.name) if fmt is not None and upcast else None
             elif self.kept_by(node) is not None:
                 origin = None  # a converter casts a kept node's outputs back to the target dtype
             else:

@@ -103,7 +103,7 @@ class _Builder:
             graph.nodes.append(node)
             for attr in np_.attribute:
                 for body in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                    self.build(body, graph, scope, f"{subgraph_path}{node.name}/{attr.name}/")
+                    self.build(body, graph, scope, f"{node.name}/{attr.name}/")  # node.name holds the path
         if not subgraph_path:
             graph.outputs = [scope[o.name] for o in gp.output if o.name in scope]
 
@@ -149,7 +149,7 @@ class _Builder:
 
     def _node(self, np_: onnx.NodeProto, scope: dict[str, Value], subgraph_path: str) -> Node:
         attrs = {a.name: _attr_value(a) for a in np_.attribute if a.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
-        name = np_.name or f"{np_.op_type}_{np_.output[0] if np_.output else ''}"
+        name = _printable(np_.name or f"{np_.op_type}_{np_.output[0] if np_.output else ''}")
         node = Node(name=subgraph_path + name, op_type=np_.op_type, domain=np_.domain or "", attrs=attrs,
                     opset=self.opsets.get(np_.domain or ""), subgraph_path=subgraph_path)
         _attach_source(node, np_)
@@ -208,6 +208,11 @@ def _attach_source(node: Node, np_: onnx.NodeProto) -> None:
     frame = user_frame(meta.get(_META_STACK, ""))
     if frame is not None:
         node.source_file, node.source_line = frame
+
+
+def _printable(name: str) -> str:
+    """Escape control characters: a name from the file must not inject lines or escapes into any report."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
 
 
 def _attr_value(attr: onnx.AttributeProto):

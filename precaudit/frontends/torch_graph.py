@@ -9,13 +9,16 @@ is what the fused-op stash rules already model for LayerNorm/GroupNorm/RMSNorm.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import importlib.util
 import io
 import logging
 import pickle
+import shutil
 import sys
+import tempfile
 import warnings
 import zipfile
 from pathlib import Path
@@ -178,14 +181,19 @@ def _via_onnx(model, args: tuple, spec: str, dynamo: bool, failure: str) -> Grap
     """Export to a temporary ONNX file with torch.onnx and read that; failure names what went wrong."""
     from .onnx import load_onnx
 
-    with _tempdir() as folder:
-        out = Path(folder) / "model.onnx"
-        try:
-            with _quiet():
-                torch.onnx.export(model, args, str(out), dynamo=dynamo, opset_version=18 if dynamo else 17)
-        except Exception as exc:
-            raise InputError(spec, failure.format(f"{type(exc).__name__}: {_first_line(exc)}")) from None
+    # The folder outlives this call: initializers (external data included) are read lazily, when traced mode
+    # runs the graph; it is removed when precaudit exits.
+    folder = tempfile.mkdtemp(prefix="precaudit-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    out = Path(folder) / "model.onnx"
+    try:
+        with _quiet():
+            torch.onnx.export(model, args, str(out), dynamo=dynamo, opset_version=18 if dynamo else 17)
         graph = load_onnx(str(out))
+    except InputError as exc:
+        raise InputError(spec, f"its ONNX export cannot be read: {exc.problem}") from None
+    except Exception as exc:
+        raise InputError(spec, failure.format(f"{type(exc).__name__}: {_first_line(exc)}")) from None
     graph.path = spec
     return graph
 
@@ -264,13 +272,6 @@ def _quiet():
             yield
     finally:
         logging.disable(logging.NOTSET)
-
-
-@contextlib.contextmanager
-def _tempdir():
-    import tempfile
-    with tempfile.TemporaryDirectory(prefix="precaudit-") as folder:
-        yield folder
 
 
 def _existing(spec: str) -> Path:
