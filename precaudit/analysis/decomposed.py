@@ -54,7 +54,8 @@ def _scan_root(root: Node, graph: Graph, resolver: DtypeResolver, scan: ChainSca
     guard, guard_eps, divisions = _after_root(root)
     rsqrt = root.op_type == "Pow" and scalar_of(root.input(1)) == -0.5  # the root is itself the division
     if inner_add is not None:
-        site_node, eps, placement = inner_add, inner_eps, "inside_sqrt"
+        site_node, eps = inner_add, inner_eps
+        placement = "inside_sqrt" if inner_add.op_type == "Add" else "guard"
     elif guard is not None:
         site_node, eps, placement = guard, guard_eps, "guard" if guard.op_type in ("Clip", "Max") else "outside_sqrt"
     elif divisions or rsqrt:
@@ -76,9 +77,15 @@ def _scan_root(root: Node, graph: Graph, resolver: DtypeResolver, scan: ChainSca
 
 
 def _strip_eps(value: Value | None) -> tuple[Value | None, Node | None, ScalarConst | None]:
-    """If value is Add(x, scalar constant), return (x, the Add, the constant); else (value, None, None)."""
+    """If value is Add(x, c), Max(x, c) or Clip(x, min=c) for a scalar constant c, return (x, that node, c);
+    else (value, None, None). A clamp under the root guards it as well as an added eps does."""
     node = _producer(value)
-    if node is not None and node.op_type == "Add":
+    if node is None:
+        return value, None, None
+    if node.op_type == "Clip":
+        const = _guard_constant(node, node.input(0))
+        return (node.input(0), node, const) if const is not None else (value, None, None)
+    if node.op_type in ("Add", "Max"):
         for x_i, c_i in ((0, 1), (1, 0)):
             const = resolve_scalar(node.input(c_i))
             if const is not None and resolve_scalar(node.input(x_i)) is None:

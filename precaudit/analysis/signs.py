@@ -16,7 +16,7 @@ __all__ = ["SignAnalysis"]
 _PASS = {"Cast", "Identity", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Flatten", "Transpose", "Gather",
          "Slice", "Tile", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceSum", "Split"}
 _POSITIVE = {"Exp", "Softmax", "Sigmoid", "Softplus"}
-_NONNEG = {"Relu", "Abs", "ReduceL2", "ReduceSumSquare", "ReduceL1", "ReduceVar", "Sqrt", "LpNormalization"}
+_NONNEG = {"Relu", "Abs", "ReduceL2", "ReduceSumSquare", "ReduceL1", "ReduceVar", "LpNormalization"}
 _SIGNED = {"Sub", "Neg"}
 _ORDER = {"positive": 0, "nonneg": 1, "signed": 2, "unknown": 3}
 
@@ -54,6 +54,8 @@ class SignAnalysis:
             return "nonneg"
         if op in _SIGNED:
             return "signed"
+        if op == "Sqrt":  # the root of a positive value is positive (a Gaussian's std from exp(logvar))
+            return "positive" if ins and ins[0] == "positive" else "nonneg"
         if op == "Pow":
             exponent = resolve_scalar(node.input(1))
             if exponent is not None and exponent.value % 2 == 0:
