@@ -104,7 +104,7 @@ def check(
                                          help="Traced mode: one array per graph input (else synthesized)."),
     samples: int = typer.Option(1, "--samples", min=1, help="Traced mode: how many synthesized input batches."),
     dim: List[str] = typer.Option([], "--dim", metavar="NAME=SIZE", help="Traced mode: size of a symbolic dim."),
-    seed: int = typer.Option(0, "--seed", help="Traced mode: seed for synthesized inputs."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Traced mode: seed for synthesized inputs."),
     input_shape: List[str] = typer.Option([], "--input-shape", metavar="D0,D1,...",
                                           help="PyTorch: shape of each forward() argument when the factory gives none."),
     input_dtype: str = typer.Option("fp32", "--input-dtype", help="PyTorch: dtype of synthesized float inputs."),
@@ -296,8 +296,8 @@ def _dims(entries: list[str]) -> dict[str, int]:
     dims = {}
     for entry in entries:
         name, _, size = entry.partition("=")
-        if not name or not size.isdigit():
-            raise typer.BadParameter(f"expected NAME=SIZE, got {entry!r}", param_hint="'--dim'")
+        if not name or not size.isdigit() or int(size) == 0:
+            raise typer.BadParameter(f"expected NAME=SIZE with SIZE >= 1, got {entry!r}", param_hint="'--dim'")
         dims[name.strip()] = int(size)
     return dims
 

@@ -74,6 +74,7 @@ class Graph:
     producer_name: str = ""
     exporter: str = ""  # "torch-dynamo", "torch-torchscript", or the producer name: exporter facts depend on it
     module_eps: dict[str, str] = field(default_factory=dict)  # module path -> "LayerNorm.eps = 1e-12" (torch)
+    converted_to: str | None = None  # a PyTorch module precaudit converted with model.to(dtype) before capture
 
     def __iter__(self) -> Iterator[Node]:
         return iter(self.nodes)

@@ -151,3 +151,8 @@ def test_traced_mode_on_a_module_with_weights(tmp_path):
     # the export's initializers are read lazily while the model runs: they must still be there
     code, results = audit(tmp_path, "embedding_block", "--trace")
     assert code == 0 and results == []
+
+
+def test_reason_names_the_conversion_precaudit_made(tmp_path):
+    _, results = audit(tmp_path, "hand_layernorm")
+    assert results[0]["values"]["compute_reason"] == "--dtype fp16: the module was converted with model.to(float16)"

@@ -68,3 +68,14 @@ def test_npz_inputs_are_used_as_given(tmp_path, rms):
     code, report = run_json([rms], "--trace", "--select", "PA901", "--inputs", _npz(tmp_path, x=np.full((2, 8), 10.0)),
                             out_dir=tmp_path)
     assert (code, report["results"], report["errors"]) == (0, [], [])
+
+
+def test_too_large_synthesized_input_is_one_line(tmp_path, capsys):
+    x = h.make_tensor_value_info("x", T.FLOAT, ["batch", "seq"])
+    y = h.make_tensor_value_info("y", T.FLOAT, ["batch", "seq"])
+    m = model([h.make_node("Relu", ["x"], ["y"], name="relu")], [x], [y])
+    path = save(m, tmp_path / "dyn.onnx")
+    assert main([str(path), "--trace", "--dim", "seq=100000000000"]) == 2
+    err = capsys.readouterr().err
+    assert "input 'x' would have shape (1, 100000000000)" in err and "Traceback" not in err
+    assert main([str(path), "--trace", "--seed", "-1"]) == 2

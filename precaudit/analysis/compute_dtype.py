@@ -53,6 +53,8 @@ class DtypeResolver:
             fmt = FORMATS[value.dtype]
             if cast is not None and cast_to == value.dtype:
                 return ComputeDtype(fmt, f"after Cast to {fmt.long_name} at node '{cast}'")
+            if self.graph.converted_to == value.dtype:
+                return ComputeDtype(fmt, f"--dtype {fmt.name}: the module was converted with model.to({fmt.long_name})")
             return ComputeDtype(fmt, f"model stored in {fmt.long_name}")
         if self.target.name == "fp32":
             return ComputeDtype(self.target, "model stored in float32, --dtype fp32")

@@ -66,9 +66,11 @@ def load_torch_as_onnx(spec: str, options: TorchOptions, target: str = "fp16") -
     else:
         module, args = _from_factory(spec, options)
         program, args = _converted(module.eval(), args, target)
-    return _via_onnx(program, args, spec, dynamo=True,
+    graph = _via_onnx(program, args, spec, dynamo=True,
                      failure="traced mode exports the model to ONNX first, and that failed ({}); audit an ONNX "
                              "export with --trace instead")
+    graph.converted_to = target if target in _CAPTURE_IN and not lowered.endswith(".pt2") else None
+    return graph
 
 
 # ---- sources ---------------------------------------------------------------------------------------------
@@ -222,6 +224,7 @@ def _capture(model: nn.Module, args: tuple, spec: str, target: str) -> Graph:
                                "instead") from None
     graph = lower_exported_program(ep, spec)
     graph.module_eps = _module_walk(model)
+    graph.converted_to = target if target in _CAPTURE_IN else None
     return graph
 
 

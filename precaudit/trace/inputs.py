@@ -34,6 +34,9 @@ def resolve_shape(value: Value, dims: dict[str, int]) -> tuple[int, ...]:
     return tuple(shape)
 
 
+_MAX_ELEMENTS = 2**28  # 1 GiB of float32 per input: past that a synthesized batch is a mistake, not a test
+
+
 def synthesize_inputs(graph: Graph, dims: dict[str, int], seed: int) -> dict[str, np.ndarray]:
     """Floats ~ N(0, 1); integer ids below the size of the table they index; other integers 1 (an all-ones mask)."""
     rng = np.random.default_rng(seed)
@@ -42,6 +45,10 @@ def synthesize_inputs(graph: Graph, dims: dict[str, int], seed: int) -> dict[str
         if value.shape is None:
             raise InputError(graph.path, f"input '{value.name}' has no shape in the model: give it with --inputs FILE.npz")
         shape = resolve_shape(value, dims)
+        elements = int(np.prod(shape, dtype=np.float64))
+        if elements > _MAX_ELEMENTS:
+            raise InputError(graph.path, f"input '{value.name}' would have shape {tuple(shape)} ({elements:.3g} values): "
+                                         "too large to synthesize; give smaller --dim sizes or your own --inputs FILE.npz")
         if value.dtype in _FLOAT:
             feeds[value.name] = rng.standard_normal(shape).astype(_NP_FLOAT.get(value.dtype, np.float32))
         elif value.dtype == "bool":
