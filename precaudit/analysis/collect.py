@@ -15,7 +15,7 @@ __all__ = ["collect_sites"]
 def collect_sites(graph: Graph, resolver: DtypeResolver, patterns: dict[str, OpP]) -> list[Site]:
     """Sites in graph order; patterns maps a rule id to the op pattern that makes its sites."""
     chains = find_decomposed_norms(graph, resolver)
-    sites = find_sites(graph, resolver, SignAnalysis())
+    sites = find_sites(graph, resolver, SignAnalysis(resolver))
     for site in sites:
         if site.kind != "norm":
             # a division or sqrt that a recognized norm chain accounts for is judged by the norm rules

@@ -8,6 +8,7 @@ about those idioms, so that one hazard gives one finding.
 
 from __future__ import annotations
 
+from ..dtypes import round_to_format
 from ..ir import Node, Value
 from .constants import resolve_scalar
 
@@ -22,10 +23,15 @@ _ORDER = {"positive": 0, "nonneg": 1, "signed": 2, "unknown": 3}
 
 
 class SignAnalysis:
-    """Memoized sign classes of the values of one graph."""
+    """Memoized sign classes of the values of one graph.
 
-    def __init__(self) -> None:
+    With a resolver, a guard's constant (Max(x, 1e-12), Clip(min=1e-12)) counts as it is after rounding into the
+    dtype the guard runs in: 1e-12 is 0.0 in fp16 and guards nothing there.
+    """
+
+    def __init__(self, resolver=None) -> None:
         self._memo: dict[int, str] = {}
+        self._resolver = resolver
 
     def of(self, value: Value | None) -> str:
         if value is None:
@@ -94,6 +100,9 @@ class SignAnalysis:
             value = max((c.value for c in consts if c is not None), default=None)
         if value is None:
             return None
+        dtype = self._resolver.of_node(node) if self._resolver is not None else None
+        if dtype is not None:
+            value = round_to_format(float(value), dtype.fmt)
         return "positive" if value > 0 else "nonneg" if value == 0 else None
 
 

@@ -35,7 +35,7 @@ class Probes:
 def attach_probes(graph: Graph, resolver: DtypeResolver, emulator: Emulator) -> Probes:
     """Find the static norm sites (so both modes agree on what a norm is) and hook a measurement onto each."""
     chains = find_decomposed_norms(graph, resolver)
-    probes = Probes(claimed=set(chains.claimed))
+    probes = Probes(claimed=set(chains.claimed), signs=SignAnalysis(resolver))
     static = _fused_norm_sites(graph, resolver) + chains.sites
     for site in static:
         hook = _variance_hook(site, emulator)
