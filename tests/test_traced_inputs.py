@@ -79,3 +79,11 @@ def test_too_large_synthesized_input_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "input 'x' would have shape (1, 100000000000)" in err and "Traceback" not in err
     assert main([str(path), "--trace", "--seed", "-1"]) == 2
+
+
+def test_unknown_dim_name_is_an_error(tmp_path, capsys):
+    x = h.make_tensor_value_info("x", T.FLOAT, ["batch", "seq"])
+    y = h.make_tensor_value_info("y", T.FLOAT, ["batch", "seq"])
+    path = save(model([h.make_node("Relu", ["x"], ["y"], name="relu")], [x], [y]), tmp_path / "dyn.onnx")
+    assert main([str(path), "--trace", "--dim", "sequence=8"]) == 2
+    assert "--dim sequence: no input has a dim of that name (symbolic dims: batch, seq)" in capsys.readouterr().err

@@ -34,12 +34,22 @@ def resolve_shape(value: Value, dims: dict[str, int]) -> tuple[int, ...]:
     return tuple(shape)
 
 
+def _check_dim_names(graph: Graph, dims: dict[str, int]) -> None:
+    """A --dim that names no symbolic dim of the inputs is a typo: say so rather than ignore it."""
+    known = {d for v in graph.inputs for d in (v.shape or ()) if isinstance(d, str)}
+    unknown = sorted(set(dims) - known)
+    if unknown:
+        names = ", ".join(sorted(known)) or "none: every input dim is fixed"
+        raise InputError(graph.path, f"--dim {unknown[0]}: no input has a dim of that name (symbolic dims: {names})")
+
+
 _MAX_ELEMENTS = 2**28  # 1 GiB of float32 per input: past that a synthesized batch is a mistake, not a test
 
 
 def synthesize_inputs(graph: Graph, dims: dict[str, int], seed: int) -> dict[str, np.ndarray]:
     """Floats ~ N(0, 1); integer ids below the size of the table they index; other integers 1 (an all-ones mask)."""
     rng = np.random.default_rng(seed)
+    _check_dim_names(graph, dims)
     feeds = {}
     for value in graph.inputs:
         if value.shape is None:
