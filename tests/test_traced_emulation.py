@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
@@ -46,3 +47,33 @@ def test_control_flow_is_refused_with_one_line(tmp_path, capsys):
     assert main([str(path), "--trace"]) == 2
     err = capsys.readouterr().err
     assert err == f"precaudit: {path}: traced mode cannot run control flow yet: node 'branch' (If); audit it without --trace\n"
+
+
+def test_onnxruntime_contrib_norm_kernels_match_onnxruntime(tmp_path):
+    """SkipLayerNormalization and friends (in fp16 models ORT's optimizer fused) run in traced mode, as ORT computes them."""
+    ort = pytest.importorskip("onnxruntime")
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from fixtures.onnx_builders import const, model, save
+    from precaudit.trace.kernels import MS_KERNELS, KernelContext
+
+    shape = [2, 3, 8]
+    rng = np.random.default_rng(0)
+    gamma, beta, bias = rng.standard_normal(8), rng.standard_normal(8), rng.standard_normal(8)
+    node = h.make_node("SkipLayerNormalization", ["x", "skip", "gamma", "beta", "bias"], ["y", "", "", "sum"],
+                       name="sln", domain="com.microsoft", epsilon=1e-5)
+    m = model([node], [h.make_tensor_value_info(n, T.FLOAT, shape) for n in ("x", "skip")],
+              [h.make_tensor_value_info(n, T.FLOAT, shape) for n in ("y", "sum")],
+              [const("gamma", gamma), const("beta", beta), const("bias", bias)], extra_opsets=[("com.microsoft", 1)])
+    path = save(m, tmp_path / "sln.onnx", check=False)
+    x, skip = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+    want_y, want_sum = ort.InferenceSession(str(path)).run(None, {"x": x, "skip": skip})
+
+    from precaudit.frontends.onnx import load_onnx
+    ir_node = load_onnx(str(path)).nodes[0]
+    ctx = KernelContext(np.float32, round_stat=lambda a: a)
+    args = [x, skip, gamma.astype(np.float32), beta.astype(np.float32), bias.astype(np.float32)]
+    y, _, _, total = MS_KERNELS["SkipLayerNormalization"](ir_node, args, ctx)
+    np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(total, want_sum, rtol=1e-6, atol=1e-6)

@@ -18,7 +18,7 @@ from ..dtypes import FORMATS, Format
 from ..errors import InputError
 from ..ir import Graph, Node, Value
 from .fallback import ReferenceFallback, as_float
-from .kernels import KERNELS, KernelContext
+from .kernels import KERNELS, MS_KERNELS, KernelContext
 from .stats import ValueStats
 
 __all__ = ["Emulator", "round_into", "round_fp16", "Hook"]
@@ -250,7 +250,8 @@ class Emulator:
                     last[id(v)] = i
         steps = []
         for i, node in enumerate(nodes):
-            kernel = KERNELS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+            kernel = (KERNELS.get(node.op_type) if node.domain in ("", "ai.onnx")
+                      else MS_KERNELS.get(node.op_type) if node.domain == "com.microsoft" else None)
             outputs = [(id(v), self._held(v)) for v in node.outputs]
             step = _Step(node, kernel, list(node.inputs), outputs, self._stat_ctx(node), self._rounds(node, outputs))
             frees = [id(v) for v in node.inputs if v is not None and last.get(id(v)) == i and id(v) not in kept]

@@ -143,6 +143,31 @@ def _rmsnorm(node, args, ctx):
     return [x / r(np.sqrt(r(ms + eps))) * scale]
 
 
+def _skip_norm(rms: bool):
+    """onnxruntime's SkipLayerNormalization / SkipSimplifiedLayerNormalization: norm(input + skip [+ bias]).
+
+    Outputs: the normalized value, mean and inverse std (statistics, rarely read) and the residual sum,
+    which optimized graphs feed to the next block.
+    """
+    def kernel(node, args, ctx):
+        x, skip, gamma = args[0], args[1], args[2]
+        beta = args[3] if len(args) > 3 and not rms else None
+        bias = args[4 if not rms else 3] if len(args) > (4 if not rms else 3) else None
+        total = x + skip if bias is None else x + skip + bias
+        r = ctx.round_stat
+        eps = r(np.asarray(node.attr("epsilon", 1e-12), dtype=total.dtype))
+        if rms:
+            mean = np.zeros(total.shape[:-1] + (1,), dtype=total.dtype)
+            centred = total
+        else:
+            mean = r(np.mean(total, axis=-1, keepdims=True))
+            centred = r(total - mean)
+        inv_std = 1.0 / r(np.sqrt(r(np.mean(r(centred * centred), axis=-1, keepdims=True) + eps)))
+        y = centred * inv_std * gamma
+        return [y + beta if beta is not None else y, mean, inv_std, total]
+    return kernel
+
+
 def _matmul(node, args, ctx):
     return [np.matmul(args[0], args[1])]
 
@@ -398,6 +423,14 @@ def _cumsum(node, args, ctx):
         out = out - x
     return [np.flip(out, axis) if node.attr("reverse", 0) else out]
 
+
+# onnxruntime's contrib norms, common in fp16 models its optimizer fused; their kernels keep float32 statistics.
+MS_KERNELS: dict[str, Callable[[Node, Arrays, KernelContext], list]] = {
+    "LayerNormalization": lambda node, args, ctx: _layernorm(node, args, ctx),
+    "SimplifiedLayerNormalization": lambda node, args, ctx: _rmsnorm(node, args, ctx),
+    "SkipLayerNormalization": _skip_norm(rms=False),
+    "SkipSimplifiedLayerNormalization": _skip_norm(rms=True),
+}
 
 KERNELS: dict[str, Callable[[Node, Arrays, KernelContext], list]] = {
     "Add": _binary(np.add), "Sub": _binary(np.subtract), "Mul": _binary(np.multiply), "Div": _div,
