@@ -107,7 +107,7 @@ def check(
     seed: int = typer.Option(0, "--seed", min=0, help="Traced mode: seed for synthesized inputs."),
     input_shape: List[str] = typer.Option([], "--input-shape", metavar="D0,D1,...",
                                           help="PyTorch: shape of each forward() argument when the factory gives none."),
-    input_dtype: str = typer.Option("fp32", "--input-dtype", help="PyTorch: dtype of synthesized float inputs."),
+    input_dtype: str = typer.Option("fp32", "--input-dtype", help="PyTorch: dtype of synthesized inputs (fp32, fp16, bf16, int64 for token ids)."),
     trust_pickle: bool = typer.Option(False, "--trust-pickle",
                                       help="PyTorch: allow unpickling a whole module (runs code from the file)."),
     no_color: bool = typer.Option(False, "--no-color", help="Plain text even on a terminal."),

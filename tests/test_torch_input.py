@@ -156,3 +156,15 @@ def test_traced_mode_on_a_module_with_weights(tmp_path):
 def test_reason_names_the_conversion_precaudit_made(tmp_path):
     _, results = audit(tmp_path, "hand_layernorm")
     assert results[0]["values"]["compute_reason"] == "--dtype fp16: the module was converted with model.to(float16)"
+
+
+def test_pytorch_instance_norm_keeps_float32_statistics(tmp_path):
+    _, results = audit(tmp_path, "instance_norm_1e12")
+    assert results == []  # its ONNX export (InstanceNormalization in fp16) would be PA101; PyTorch's kernel is not
+
+
+def test_torchscript_with_token_id_inputs(tmp_path):
+    module = torch.nn.Sequential(torch.nn.Embedding(10, 8), torch.nn.LayerNorm(8, eps=1e-12))
+    torch.jit.save(torch.jit.trace(module, (torch.randint(0, 10, (2, 5)),)), str(tmp_path / "emb.pt"))
+    code, report = run_json([tmp_path / "emb.pt"], "--input-shape", "2,5", "--input-dtype", "int64", out_dir=tmp_path)
+    assert report["errors"] == [] and code == 0

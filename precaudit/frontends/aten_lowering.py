@@ -180,12 +180,14 @@ def _batch_norm(low, fx, args):
     # (input, weight, bias, running_mean, running_var, [training,] momentum, eps, ...)
     name = _aten_name(fx.target)
     eps = args[6] if name == "_native_batch_norm_legit_no_training" else args[7]
-    low._emit(fx, "BatchNormalization", [args[0], args[1], args[2], args[3], args[4]], {"epsilon": float(eps)},
+    # PyTorch's batch and instance norm kernels, like layer_norm, keep float32 statistics for half inputs:
+    # stash_type records that (no ONNX BatchNormalization carries one, so this is only ever set here)
+    low._emit(fx, "BatchNormalization", [args[0], args[1], args[2], args[3], args[4]], {"epsilon": float(eps), "stash_type": 1},
               n_outputs=3 if name != "batch_norm" else 1)
 
 
 def _instance_norm(low, fx, args):
-    low._emit(fx, "InstanceNormalization", [args[0], args[1], args[2]], {"epsilon": float(args[7])})
+    low._emit(fx, "InstanceNormalization", [args[0], args[1], args[2]], {"epsilon": float(args[7]), "stash_type": 1})
 
 
 def _softmax(op: str) -> Callable:

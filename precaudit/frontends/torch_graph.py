@@ -35,7 +35,8 @@ from .aten_lowering import lower_exported_program
 __all__ = ["load_torch_graph", "load_torch_as_onnx"]
 
 _CAPTURE_IN = {"fp16": torch.float16, "bf16": torch.bfloat16}
-_INPUT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
+_INPUT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64,
+                 "int64": torch.int64, "int32": torch.int32}
 _EPS_ATTRS = ("eps", "variance_epsilon", "layer_norm_eps", "epsilon", "layer_norm_epsilon", "norm_eps")
 
 
@@ -120,6 +121,8 @@ def _synthesized(spec: str, options: TorchOptions) -> tuple:
     if dtype is None:
         raise InputError(spec, f"--input-dtype must be one of {', '.join(_INPUT_DTYPES)}")
     gen = torch.Generator().manual_seed(0)
+    if not dtype.is_floating_point:  # token ids: small non-negative integers fit any embedding table
+        return tuple(torch.randint(0, 2, shape, generator=gen, dtype=dtype) for shape in options.input_shapes)
     return tuple(torch.randn(shape, generator=gen, dtype=dtype) for shape in options.input_shapes)
 
 
