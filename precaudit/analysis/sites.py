@@ -14,7 +14,7 @@ from .fused_norms import FUSED_NORMS, NormSpec
 from .pattern import OpP, match_node
 from .signs import SignAnalysis
 
-__all__ = ["Site", "FACT_NAMES", "PATTERN_FACTS", "find_sites", "find_pattern_sites", "eps_facts", "dtype_facts",
+__all__ = ["Site", "FACT_NAMES", "PATTERN_FACTS", "find_sites", "find_norm_sites", "find_pattern_sites", "eps_facts", "dtype_facts",
            "scalar_of", "feeding_op", "selected_by_where_only"]
 
 # Single ops audited for what they do with their input; the site kind is the lower-case op name.
@@ -65,15 +65,23 @@ class Site:
 
 def find_sites(graph: Graph, resolver: DtypeResolver, signs: SignAnalysis) -> list[Site]:
     """Every fused-norm and single-op site of the graph, in graph order."""
-    sites: list[Site] = []
+    sites = {id(site.node): site for site in find_norm_sites(graph, resolver)}
+    for node in graph.nodes:
+        if node.op_type in _OP_SITES and node.domain in ("", "ai.onnx"):
+            site = _op_site(node, resolver, signs)
+            if site is not None:
+                sites[id(node)] = site
+    order = {id(node): i for i, node in enumerate(graph.nodes)}
+    return sorted(sites.values(), key=lambda s: order[id(s.node)])
+
+
+def find_norm_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
+    """A site for every fused normalization op (ONNX and onnxruntime), with its eps and statistics dtype."""
+    sites = []
     for node in graph.nodes:
         spec = FUSED_NORMS.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
         if spec is not None:
             site = _norm_site(node, spec, resolver)
-            if site is not None:
-                sites.append(site)
-        elif node.op_type in _OP_SITES and node.domain in ("", "ai.onnx"):
-            site = _op_site(node, resolver, signs)
             if site is not None:
                 sites.append(site)
     return sites

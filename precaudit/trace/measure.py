@@ -10,8 +10,7 @@ from ..analysis.compute_dtype import DtypeResolver
 from ..analysis.constants import resolve_scalar
 from ..analysis.decomposed import find_decomposed_norms
 from ..analysis.signs import SignAnalysis
-from ..analysis.fused_norms import FUSED_NORMS
-from ..analysis.sites import Site, _norm_site
+from ..analysis.sites import Site, find_norm_sites
 from ..ir import Graph, Node
 from .emulator import Emulator
 from .stats import InputStats, VarianceStats
@@ -36,7 +35,7 @@ def attach_probes(graph: Graph, resolver: DtypeResolver, emulator: Emulator) -> 
     """Find the static norm sites (so both modes agree on what a norm is) and hook a measurement onto each."""
     chains = find_decomposed_norms(graph, resolver)
     probes = Probes(claimed=set(chains.claimed), signs=SignAnalysis(resolver))
-    static = _fused_norm_sites(graph, resolver) + chains.sites
+    static = find_norm_sites(graph, resolver) + chains.sites
     for site in static:
         hook = _variance_hook(site, emulator)
         if hook is not None:
@@ -50,18 +49,6 @@ def attach_probes(graph: Graph, resolver: DtypeResolver, emulator: Emulator) -> 
             emulator.hooks.setdefault(id(node), []).append(_input_hook(stats, index))
             probes.ops.append((node, stats))
     return probes
-
-
-def _fused_norm_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
-    """The "norm" sites of analysis.sites.find_sites, without building its single-op sites only to drop them."""
-    sites = []
-    for node in graph.nodes:
-        spec = FUSED_NORMS.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
-        if spec is not None:
-            site = _norm_site(node, spec, resolver)
-            if site is not None:
-                sites.append(site)
-    return sites
 
 
 def _input_hook(stats: InputStats, index: int):
