@@ -33,6 +33,7 @@ def trace_rule(graph: Graph, resolver: DtypeResolver, rule: Rule, node_glob: str
 
 def _trace_pattern(graph: Graph, resolver: DtypeResolver, rule: Rule, node_glob: str) -> list[str]:
     lines = []
+    matched = {id(s.node): s for s in collect_sites(graph, resolver, {rule.id: rule.pattern}) if s.rule_id == rule.id}
     for node in graph.nodes:
         if node.op_type not in rule.pattern.ops or not fnmatchcase(node.name, node_glob):
             continue
@@ -40,12 +41,10 @@ def _trace_pattern(graph: Graph, resolver: DtypeResolver, rule: Rule, node_glob:
         where = f"node '{node.name}' ({node.op_type})"
         if not result.ok:
             lines.append(f"{where}: no match: {result.reason}")
-            continue
-        sites = [s for s in collect_sites(graph, resolver, {rule.id: rule.pattern}) if s.node is node]
-        if not sites:
+        elif id(node) not in matched:
             lines.append(f"{where}: matched, but the node computes in no float dtype")
-            continue
-        lines.append(f"{where}: matched; {_verdict(rule, {**sites[0].facts, **rule.params})}")
+        else:
+            lines.append(f"{where}: matched; {_verdict(rule, {**matched[id(node)].facts, **rule.params})}")
     if not lines:
         lines.append(f"no {' or '.join(rule.pattern.ops)} node in the graph{_glob_note(node_glob)}")
     return lines
