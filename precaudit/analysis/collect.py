@@ -7,7 +7,7 @@ from .compute_dtype import DtypeResolver
 from .decomposed import find_decomposed_norms
 from .pattern import OpP
 from .signs import SignAnalysis
-from .sites import Site, find_pattern_sites, find_sites
+from .sites import Site, find_constant_sites, find_pattern_sites, find_sites
 
 __all__ = ["collect_sites"]
 
@@ -20,7 +20,7 @@ def collect_sites(graph: Graph, resolver: DtypeResolver, patterns: dict[str, OpP
         if site.kind != "norm":
             # a division or sqrt that a recognized norm chain accounts for is judged by the norm rules
             site.facts["in_norm_chain"] = id(site.node) in chains.claimed
-    sites += chains.sites
+    sites += chains.sites + find_constant_sites(graph, resolver)
     for site in sites:
         owner = graph.module_eps.get(site.node.scope or "")
         if site.kind == "norm" and owner:

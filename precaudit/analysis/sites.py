@@ -11,10 +11,11 @@ from ..dtypes import FORMATS, classify, round_to_format
 from ..ir import Graph, Node, Value
 from .compute_dtype import ComputeDtype, DtypeResolver
 from .fused_norms import FUSED_NORMS, NormSpec
+from .constants import resolve_scalar
 from .pattern import OpP, match_node
 from .signs import SignAnalysis
 
-__all__ = ["Site", "FACT_NAMES", "PATTERN_FACTS", "find_sites", "find_norm_sites", "find_pattern_sites", "eps_facts", "dtype_facts",
+__all__ = ["Site", "FACT_NAMES", "PATTERN_FACTS", "find_sites", "find_norm_sites", "find_constant_sites", "find_pattern_sites", "eps_facts", "dtype_facts",
            "scalar_of", "feeding_op", "selected_by_where_only"]
 
 # Single ops audited for what they do with their input; the site kind is the lower-case op name.
@@ -48,6 +49,7 @@ FACT_NAMES["traced_op"] = {"op", "input_op", "in_norm_chain", "selected_by_where
 FACT_NAMES["traced_first_nonfinite"] = {"op", "value", "samples", "nonfinite_fraction", "ref_nonfinite_fraction",
                                         "input_absmax", "chain", "chain_length", "reaches_output", "output",
                                         *_DTYPE_FACTS}
+FACT_NAMES["constant"] = {"op", "value", "value_rounded", "value_class", "source", "consumer", *_DTYPE_FACTS}
 # Facts of a site made by a rule's op pattern, besides the names the pattern binds.
 PATTERN_FACTS = {"op", "input_op", *_DTYPE_FACTS}
 _TRANSPARENT = {"Cast", "Identity"}  # ops a pattern looks through when asking "what feeds this?"
@@ -73,6 +75,28 @@ def find_sites(graph: Graph, resolver: DtypeResolver, signs: SignAnalysis) -> li
                 sites[id(node)] = site
     order = {id(node): i for i, node in enumerate(graph.nodes)}
     return sorted(sites.values(), key=lambda s: order[id(s.node)])
+
+
+def find_constant_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
+    """Small float constants (up to 64 values: scalars, masks' fill values) as the first op that uses them
+    holds them: a finfo(float32).min becomes -inf in fp16, a 1e-30 becomes 0."""
+    sites, seen = [], set()
+    for node in graph.nodes:
+        dtype = resolver.of_node(node)
+        if dtype is None or node.op_type in ("Cast", "CastLike", "Identity", "Shape", "Constant"):
+            continue
+        for value in node.inputs:
+            if value is None or value.dtype not in FORMATS:
+                continue  # an int64 Slice end of 2**63 - 1 is no float constant
+            const = resolve_scalar(value)
+            if const is None or id(value) in seen or const.value == 0:
+                continue
+            seen.add(id(value))
+            facts = {"op": node.op_type, "value": const.value, "value_rounded": round_to_format(const.value, dtype.fmt),
+                     "value_class": classify(const.value, dtype.fmt), "source": const.source, "consumer": node.name,
+                     **dtype_facts(dtype, resolver)}
+            sites.append(Site("constant", node, facts))
+    return sites
 
 
 def find_norm_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
