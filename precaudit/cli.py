@@ -35,7 +35,7 @@ class _DefaultToCheck(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-app = typer.Typer(cls=_DefaultToCheck, add_completion=False, pretty_exceptions_enable=False,
+app = typer.Typer(cls=_DefaultToCheck, add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
                   help="Precision audit for ML models: where will this graph lose its numbers in fp16, bf16 or fp8?")
 
 

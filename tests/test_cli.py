@@ -253,3 +253,9 @@ def test_control_characters_in_node_names_cannot_inject_lines(tmp_path, capsys):
     out = capsys.readouterr().out
     assert not any(line.startswith("::error file=x") for line in out.splitlines())
     assert "\x1b" not in out and "ln\\n::error" in out
+
+
+def test_bare_command_shows_help_and_is_a_usage_error(capsys):
+    assert main([]) == 2
+    captured = capsys.readouterr()
+    assert "check" in captured.out + captured.err and "Traceback" not in captured.err
