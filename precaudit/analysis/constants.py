@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dtypes import format_of_onnx_type
-from ..ir import Value
+from ..ir import Node, Value
 
-__all__ = ["ScalarConst", "resolve_scalar", "is_constant"]
+__all__ = ["ScalarConst", "resolve_scalar", "is_constant", "skip_casts", "producer_through_casts"]
 
 # Ops that pass a scalar through unchanged in value (a Cast changes only its dtype; rounding comes later).
 _PASS_THROUGH = {"Cast", "CastLike", "Identity", "Expand", "Reshape", "Unsqueeze", "Squeeze", "Flatten"}
@@ -63,3 +63,19 @@ def is_constant(value: Value | None) -> bool:
             return False
         value = value.producer.input(0)
     return False
+
+
+_CASTS = {"Cast", "Identity"}
+
+
+def skip_casts(value: Value | None) -> Value | None:
+    """The value a chain of Casts and Identities started from: what the data is, whatever dtype it moved in."""
+    while value is not None and value.producer is not None and value.producer.op_type in _CASTS:
+        value = value.producer.input(0)
+    return value
+
+
+def producer_through_casts(value: Value | None) -> Node | None:
+    """The node that made a value, looking through Casts and Identities; None at the graph's edge."""
+    value = skip_casts(value)
+    return value.producer if value is not None else None

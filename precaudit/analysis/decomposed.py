@@ -11,12 +11,11 @@ from dataclasses import dataclass, field
 
 from ..ir import Graph, Node, Value
 from .compute_dtype import ComputeDtype, DtypeResolver
-from .constants import ScalarConst, resolve_scalar
+from .constants import ScalarConst, producer_through_casts, resolve_scalar
 from .sites import Site, dtype_facts, eps_facts, scalar_of
 
 __all__ = ["ChainScan", "find_decomposed_norms"]
 
-_CASTS = {"Cast", "Identity"}
 _SHAPE_ONLY = {"Cast", "Identity", "Expand", "Reshape", "Unsqueeze", "Squeeze"}
 # ReduceVar is the torch frontend's name for aten.var / var_mean / std: not an ONNX op, but a statistic.
 _STATISTICS = {"ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL2", "ReduceVar"}
@@ -79,7 +78,7 @@ def _scan_root(root: Node, graph: Graph, resolver: DtypeResolver, scan: ChainSca
 def _strip_eps(value: Value | None) -> tuple[Value | None, Node | None, ScalarConst | None]:
     """If value is Add(x, c), Max(x, c) or Clip(x, min=c) for a scalar constant c, return (x, that node, c);
     else (value, None, None). A clamp under the root guards it as well as an added eps does."""
-    node = _producer(value)
+    node = producer_through_casts(value)
     if node is None:
         return value, None, None
     if node.op_type == "Clip":
@@ -95,13 +94,13 @@ def _strip_eps(value: Value | None) -> tuple[Value | None, Node | None, ScalarCo
 
 def _statistic(value: Value | None) -> Node | None:
     """The reduction that makes a variance or mean square, or E[x²] − E[x]² built from two reductions."""
-    node = _producer(value)
+    node = producer_through_casts(value)
     if node is None:
         return None
     if node.op_type in _STATISTICS:
         return node
     if node.op_type == "Sub":
-        left, right = _producer(node.input(0)), _producer(node.input(1))
+        left, right = producer_through_casts(node.input(0)), producer_through_casts(node.input(1))
         if left is not None and left.op_type in _STATISTICS and right is not None and right.op_type in ("Pow", "Mul"):
             return left
     return None
@@ -162,12 +161,6 @@ def _root_value(value: Value | None) -> Value | None:
     return value
 
 
-def _producer(value: Value | None) -> Node | None:
-    while value is not None and value.producer is not None and value.producer.op_type in _CASTS:
-        value = value.producer.input(0)
-    return value.producer if value is not None else None
-
-
 def _narrower(at_eps: ComputeDtype | None, at_root: ComputeDtype | None, root: Node) -> ComputeDtype | None:
     """var + eps only helps if it survives into the square root: judge it in the less precise of the two."""
     if at_eps is None or at_root is None or at_root.fmt.ulp_at_1 <= at_eps.fmt.ulp_at_1:
@@ -193,12 +186,12 @@ def _family(stat: Node | None) -> str:
         return "L2Norm"
     if stat.op_type == "ReduceVar":
         return "LayerNorm"
-    square = _producer(stat.input(0))
+    square = producer_through_casts(stat.input(0))
     if square is None or not _is_square(square):
         return "norm"
     if stat.op_type == "ReduceSum":
         return "L2Norm"
-    base = _producer(square.input(0))
+    base = producer_through_casts(square.input(0))
     return "LayerNorm" if base is not None and base.op_type == "Sub" else "RMSNorm"
 
 
@@ -207,7 +200,7 @@ def _square_facts(stat: Node | None, resolver: DtypeResolver) -> dict:
 
     ReduceL2 / ReduceSumSquare are left out: their kernels choose their own accumulation dtype.
     """
-    square = _producer(stat.input(0)) if stat is not None else None
+    square = producer_through_casts(stat.input(0)) if stat is not None else None
     if square is None or not _is_square(square):
         return {"stat_dtype": None, "stat_square_overflow": None}
     dtype = resolver.of_node(square)

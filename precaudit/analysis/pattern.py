@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from ..ir import Node, Value
-from .constants import resolve_scalar
+from .constants import producer_through_casts, resolve_scalar
 
 __all__ = ["Pattern", "PatternError", "compile_pattern", "match_node", "pattern_names", "root_ops"]
 
-_THROUGH = {"Cast", "Identity"}
 _COMMUTATIVE = {"Add", "Mul", "Max", "Min", "Sum"}
 
 
@@ -171,7 +170,7 @@ def _match_value(pattern: Pattern, value: Value | None, where: str) -> MatchResu
                 return result
             reasons.append(result.reason)
         return MatchResult(False, reason=" / ".join(reasons))
-    producer = _producer(value)
+    producer = producer_through_casts(value)
     if producer is None:
         return MatchResult(False, reason=f"{where}: expected {'|'.join(pattern.ops)}, found {_describe(value)}")
     return _match_op(pattern, producer, where)
@@ -197,16 +196,10 @@ def _match_op(pattern: OpP, node: Node, where: str) -> MatchResult:
     return failure
 
 
-def _producer(value: Value | None) -> Node | None:
-    while value is not None and value.producer is not None and value.producer.op_type in _THROUGH:
-        value = value.producer.input(0)
-    return value.producer if value is not None else None
-
-
 def _describe(value: Value | None) -> str:
     if value is None:
         return "no input"
-    producer = _producer(value)
+    producer = producer_through_casts(value)
     if producer is not None:
         return f"{producer.op_type} '{producer.name}'"
     if value.is_const:

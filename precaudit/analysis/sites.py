@@ -11,7 +11,7 @@ from ..dtypes import FORMATS, classify, round_to_format
 from ..ir import Graph, Node, Value
 from .compute_dtype import ComputeDtype, DtypeResolver
 from .fused_norms import FUSED_NORMS, NormSpec
-from .constants import resolve_scalar
+from .constants import resolve_scalar, skip_casts
 from .pattern import OpP, match_node
 from .signs import SignAnalysis
 
@@ -52,7 +52,6 @@ FACT_NAMES["traced_first_nonfinite"] = {"op", "value", "samples", "nonfinite_fra
 FACT_NAMES["constant"] = {"op", "value", "value_rounded", "value_class", "source", "consumer", *_DTYPE_FACTS}
 # Facts of a site made by a rule's op pattern, besides the names the pattern binds.
 PATTERN_FACTS = {"op", "input_op", *_DTYPE_FACTS}
-_TRANSPARENT = {"Cast", "Identity"}  # ops a pattern looks through when asking "what feeds this?"
 
 
 @dataclass(eq=False)
@@ -247,8 +246,7 @@ def selected_by_where_only(node: Node, depth: int = 12) -> bool:
 
 def feeding_op(value: Value | None) -> str:
     """The op type that produces a value, looking through Casts; 'input' or 'constant' at the graph's edge."""
-    while value is not None and value.producer is not None and value.producer.op_type in _TRANSPARENT:
-        value = value.producer.input(0)
+    value = skip_casts(value)
     if value is None:
         return ""
     if value.is_const:
