@@ -70,7 +70,6 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)
     inputs: list[Value] = field(default_factory=list)
     outputs: list[Value] = field(default_factory=list)
-    stored_float: str | None = None  # dominant float dtype of the stored graph, for "model stored in X" reasons
     producer_name: str = ""
     exporter: str = ""  # "torch-dynamo", "torch-torchscript", or the producer name: exporter facts depend on it
     module_eps: dict[str, str] = field(default_factory=dict)  # module path -> "LayerNorm.eps = 1e-12" (torch)

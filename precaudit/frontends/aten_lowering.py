@@ -47,7 +47,6 @@ class _Lowering:
             elif fx.op == "output":
                 outs = fx.args[0] if isinstance(fx.args[0], (list, tuple)) else [fx.args[0]]
                 self.graph.outputs = [v for v in (self._arg(a) for a in outs) if isinstance(v, Value)]
-        self.graph.stored_float = _dominant(self.graph)
         return self.graph
 
     # ---- values ------------------------------------------------------------------------------------------
@@ -332,12 +331,3 @@ def _clean_path(path: str) -> str:
     """L['self'].encoder.layer[0] (strict export) or encoder.layer.0 -> encoder.layer.0."""
     path = re.sub(r"^L\['self'\]\.?", "", path)
     return re.sub(r"\[(\w+)\]", r".\1", path).replace("._modules['", ".").replace("']", "")
-
-
-def _dominant(graph: Graph) -> str | None:
-    counts: dict[str, int] = {}
-    for node in graph.nodes:
-        for v in node.inputs:
-            if v is not None and v.dtype in _ONNX_ELEM:
-                counts[v.dtype] = counts.get(v.dtype, 0) + 1
-    return max(counts, key=counts.get) if counts else None

@@ -42,7 +42,6 @@ def load_onnx(path: str) -> Graph:
     graph = Graph(path=path, producer_name=model.producer_name)
     builder.build(model.graph, graph, scope={}, subgraph_path="")
     _fill_missing_dtypes(graph)
-    graph.stored_float = _dominant_float(graph)
     graph.exporter = _exporter(model)
     return graph
 
@@ -250,12 +249,3 @@ def _fill_missing_dtypes(graph: Graph) -> None:
                 out.dtype = node.inputs[1].dtype
             else:
                 out.dtype = next((v.dtype for v in node.inputs if v is not None and v.dtype), None)
-
-
-def _dominant_float(graph: Graph) -> str | None:
-    counts: dict[str, int] = {}
-    for node in graph.nodes:
-        for v in node.inputs:
-            if v is not None and v.dtype and v.dtype.startswith(("fp", "bf")):
-                counts[v.dtype] = counts.get(v.dtype, 0) + 1
-    return max(counts, key=counts.get) if counts else None
