@@ -235,13 +235,9 @@ def explain(
     rules: List[str] = typer.Option([], "--rules", metavar="PATH", help="Extra YAML rule file or folder."),
 ) -> int:
     """Explain a rule: what it checks, a worked example in numbers, and the fix."""
-    from .errors import InputError
     from .report.rule_docs import render_explanation
 
-    found = [r for r in _rules_for_docs(rules) if r.id == rule.upper() or r.name == rule]
-    if not found:
-        raise InputError(None, f"unknown rule '{rule}'; `precaudit rules` lists them")
-    typer.echo(render_explanation(found[0]), nl=False)
+    typer.echo(render_explanation(_rule_named(rule, rules)), nl=False)
     return EXIT_CLEAN
 
 
@@ -258,21 +254,28 @@ def match(
     from .analysis.compute_dtype import DtypeResolver
     from .audit import load_graph
     from .config import load_settings
-    from .errors import InputError
     from .rules.match_trace import trace_rule
 
     given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules)}
     settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
-    found = [r for r in _rules_for_docs(settings.rules) if r.id == rule.upper() or r.name == rule]
-    if not found:
-        raise InputError(None, f"unknown rule '{rule}'; `precaudit rules` lists them")
+    chosen = _rule_named(rule, settings.rules)
     target = _target(settings)
     graph = load_graph(model, target=target.name)
     resolver = DtypeResolver(graph, target, settings.keep_fp32)
-    typer.echo(f"{found[0].id} {found[0].name} on {model} (--dtype {resolver.target.name})")
-    for line in trace_rule(graph, resolver, found[0], node):
+    typer.echo(f"{chosen.id} {chosen.name} on {model} (--dtype {resolver.target.name})")
+    for line in trace_rule(graph, resolver, chosen, node):
         typer.echo(f"  {line}")
     return EXIT_CLEAN
+
+
+def _rule_named(rule: str, extra: list[str]) -> Rule:
+    """The rule with this id (PA101) or name (eps-underflow); one line and exit 2 if there is none."""
+    from .errors import InputError
+
+    found = [r for r in _rules_for_docs(extra) if r.id == rule.upper() or r.name == rule]
+    if not found:
+        raise InputError(None, f"unknown rule '{rule}'; `precaudit rules` lists them")
+    return found[0]
 
 
 def _rules_for_docs(extra: list[str]) -> list[Rule]:
