@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -14,7 +15,7 @@ __all__ = ["ValueStats", "InputStats", "VarianceStats"]
 
 @dataclass
 class ValueStats:
-    """One float value over every sample: its range in the float64 reference, and what the emulated run made of it.
+    """One float value over every sample: its range in the float32 reference, and what the emulated run made of it.
 
     Ranges are taken from the reference because they answer "does this value fit the format?": an
     emulated value that already overflowed only says inf.
@@ -55,7 +56,8 @@ class ValueStats:
         self.nonfinite += nonfinite
         self.max_error = max(self.max_error, max_error)
 
-    def measure(self, ref: np.ndarray, emu: np.ndarray, noise_floor: float = 0.0) -> tuple:
+    def measure(self, ref: np.ndarray, emu: np.ndarray, noise_floor: float = 0.0,
+                local_floor: Callable[[], np.ndarray] | None = None) -> tuple:
         """One sample's counts: (elements, ref_nonfinite, absmax, overflow, nonzero, underflow, subnormal,
         min_nonzero, nonfinite, max_error).
 
@@ -63,7 +65,8 @@ class ValueStats:
         The finer counts run only when those bounds cannot rule them out (a finite max proves every element
         finite, a min at or above the smallest normal proves nothing underflows), and then on the few values
         below the smallest normal. Non-finite values fall back to _measure_exact, which counts everything
-        on the whole array.
+        on the whole array. local_floor, where given, gives each element its own noise floor (an elementwise
+        sum is noise only where it is small against its own two inputs, not against the whole tensor's).
         """
         size = ref.size
         if size == 0:
@@ -72,35 +75,37 @@ class ValueStats:
         a = np.abs(ref)
         amax = float(a.max())
         if not math.isfinite(amax):
-            return self._measure_exact(ref, emu, noise_floor)
+            return self._measure_exact(ref, emu, noise_floor, local_floor=local_floor)
         amin = float(a.min())
         overflow = int(np.count_nonzero(a >= fmt.overflow_threshold)) if amax >= fmt.overflow_threshold else 0
         underflow = subnormal = 0
         nonzero, min_nonzero = size, amin
         if amin < fmt.smallest_normal:  # the finer counts look only at the values below the smallest normal
-            tiny = a[a < fmt.smallest_normal]
+            below = a < fmt.smallest_normal
+            tiny = a[below]
             zeros = int(np.count_nonzero(tiny == 0)) if amin == 0 else 0
             nonzero = size - zeros
             small = tiny.size - zeros
-            if small and noise_floor >= fmt.smallest_normal:  # noise reaches above the tiny values
+            if small and noise_floor >= fmt.smallest_normal and local_floor is None:  # noise above the tiny values
                 return self._measure_exact(ref, emu, noise_floor, a)
             if small:
-                noise = int(np.count_nonzero((tiny > 0) & (tiny <= noise_floor))) if noise_floor > 0 else 0
-                underflow = int(np.count_nonzero((tiny > noise_floor) & (tiny <= fmt.smallest_subnormal / 2)))
+                floor = noise_floor if local_floor is None else np.broadcast_to(local_floor(), a.shape)[below]
+                noise = int(np.count_nonzero((tiny > 0) & (tiny <= floor))) if noise_floor > 0 else 0
+                underflow = int(np.count_nonzero((tiny > floor) & (tiny <= fmt.smallest_subnormal / 2)))
                 subnormal = small - underflow - noise
             if zeros:
                 if small:
                     min_nonzero = float(tiny[tiny > 0].min())
                 else:
                     min_nonzero = float(np.min(a, where=a > 0, initial=math.inf)) if nonzero else math.inf
-        diff = emu.astype(np.float64)
-        np.subtract(diff, ref, out=diff)
+        diff = np.subtract(emu, ref)
         dmax, dmin = float(diff.max()), float(diff.min())
         if not (math.isfinite(dmax) and math.isfinite(dmin)):  # the emulated run went inf/NaN somewhere
-            return self._measure_exact(ref, emu, noise_floor, a)
+            return self._measure_exact(ref, emu, noise_floor, a, local_floor)
         return (size, 0, amax, overflow, nonzero, underflow, subnormal, min_nonzero, 0, abs(max(dmax, -dmin)))
 
-    def _measure_exact(self, ref: np.ndarray, emu: np.ndarray, noise_floor: float, a: np.ndarray | None = None) -> tuple:
+    def _measure_exact(self, ref: np.ndarray, emu: np.ndarray, noise_floor: float, a: np.ndarray | None = None,
+                       local_floor: Callable[[], np.ndarray] | None = None) -> tuple:
         """measure() for any array: every count taken in full (non-finite values, zeros, underflow, noise)."""
         fmt = self.fmt
         if a is None:
@@ -117,8 +122,9 @@ class ValueStats:
         small = int(np.count_nonzero(a < fmt.smallest_normal)) - zeros
         underflow = subnormal = 0
         if small:  # the rare path: only values with tiny entries pay for the finer counts
-            noise = int(np.count_nonzero((a > 0) & (a <= noise_floor))) if noise_floor > 0 else 0
-            underflow = int(np.count_nonzero((a > noise_floor) & (a <= fmt.smallest_subnormal / 2)))
+            floor = noise_floor if local_floor is None else local_floor()
+            noise = int(np.count_nonzero((a > 0) & (a <= floor))) if noise_floor > 0 else 0
+            underflow = int(np.count_nonzero((a > floor) & (a <= fmt.smallest_subnormal / 2)))
             subnormal = small - underflow - noise
         min_nonzero = float(np.min(a, where=a > 0, initial=math.inf)) if nonzero else math.inf
         emu_finite = np.isfinite(emu)
