@@ -19,9 +19,13 @@ from ..errors import InputError
 from ..ir import Graph, Node, Value
 from .fallback import ReferenceFallback, as_float
 from .kernels import KERNELS, MS_KERNELS, KernelContext
+from .ort_engine import OrtSegments, onnxruntime_available
 from .stats import ValueStats
 
-__all__ = ["Emulator", "round_into", "round_fp16", "Hook"]
+__all__ = ["Emulator", "ENGINES", "round_into", "round_fp16", "Hook"]
+
+# auto: onnxruntime where it is installed and the node allows, numpy kernels elsewhere
+ENGINES = ("auto", "onnxruntime", "numpy")
 
 _FLOAT_DTYPES = {"fp16", "bf16", "fp32", "fp64", "fp8-e4m3", "fp8-e5m2"}
 
@@ -118,7 +122,12 @@ REFERENCE = np.float32
 _NOISE = 1e-5
 
 
-def _local_floor(step: "_Step", ref_args: list) -> Callable[[], np.ndarray] | None:
+def as_reference(array: np.ndarray) -> np.ndarray:
+    """An array as the reference holds it: float32, or float64 where the graph computes in double."""
+    return array if array.dtype == np.float64 else as_float(array, REFERENCE)
+
+
+def _local_floor(step: "_Step", ref_args: list) -> Callable[[np.ndarray], np.ndarray] | None:
     """An elementwise sum or difference, per element: noise only where it is small against its own inputs.
 
     Adding an eps to a variance of exactly 0 gives the eps, exactly, however large other rows are.
@@ -126,7 +135,11 @@ def _local_floor(step: "_Step", ref_args: list) -> Callable[[], np.ndarray] | No
     if step.node.op_type not in ("Add", "Sub") or len(ref_args) != 2 or any(a is None for a in ref_args):
         return None
     a, b = ref_args
-    return lambda: _NOISE * np.maximum(np.abs(a), np.abs(b))
+
+    def floor(mask: np.ndarray) -> np.ndarray:  # only where the mask (the tiny outputs) says: a few elements
+        pick_a, pick_b = np.broadcast_to(a, mask.shape)[mask], np.broadcast_to(b, mask.shape)[mask]
+        return _NOISE * np.maximum(np.abs(pick_a), np.abs(pick_b))
+    return floor
 
 
 @dataclass
@@ -153,7 +166,7 @@ _REARRANGES = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Flat
 class Emulator:
     """Runs samples through the graph and keeps only the measurements; every intermediate is freed after its last use."""
 
-    def __init__(self, graph: Graph, resolver: DtypeResolver, reference: bool = True):
+    def __init__(self, graph: Graph, resolver: DtypeResolver, reference: bool = True, engine: str = "auto"):
         self.graph = graph
         self.resolver = resolver
         self.reference = reference
@@ -167,6 +180,12 @@ class Emulator:
         self._input_fmt = {id(v): self._held(v) for v in graph.inputs}
         self._steps = self._plan()
         self._samples: dict[int, tuple[float, tuple]] = {}  # this sample's counts per value, for _REARRANGES
+        if engine not in ENGINES:
+            raise ValueError(f"unknown traced-mode engine {engine!r}")
+        if engine == "onnxruntime" and not onnxruntime_available():
+            raise InputError(graph.path, "--trace-engine onnxruntime needs onnxruntime: pip install 'precaudit[trace]'")
+        self.engine = engine if engine != "auto" else "onnxruntime" if onnxruntime_available() else "numpy"
+        self._ort: OrtSegments | None = None  # made at the first run, once the probes have hooked on
 
     def run(self, feeds: dict[str, np.ndarray], progress: Callable[[int, int], None] | None = None) -> None:
         """One sample through the graph; measurements accumulate in self.stats and the hooks."""
@@ -175,16 +194,23 @@ class Emulator:
         for value in self.graph.inputs:
             emu[id(value)] = round_into(as_float(feeds[value.name], np.float32), self._input_fmt[id(value)])
             if self.reference:
-                ref[id(value)] = as_float(feeds[value.name], REFERENCE)
+                ref[id(value)] = as_reference(feeds[value.name])
         self._samples = {}
         total = len(self._steps)
         for step in self._steps:  # hooks attached after construction
             step.hooks = self.hooks.get(id(step.node), [])
+        if self.engine == "onnxruntime" and self.reference and self._ort is None:
+            self._ort = OrtSegments(self)
+        i = 0
         with np.errstate(all="ignore"):  # inf and NaN are what traced mode is looking for
-            for i, step in enumerate(self._steps):
-                self._run_step(step, emu, ref)
+            while i < total:
+                after = self._ort.run_from(i, emu, ref) if self._ort is not None else None
+                if after is None:
+                    self._run_step(self._steps[i], emu, ref)
+                    after = i + 1
+                i = after
                 if progress is not None:
-                    progress(i + 1, total)
+                    progress(i, total)
         self._samples = {}
 
     def _run_step(self, step: _Step, emu: dict, ref: dict) -> None:
@@ -193,7 +219,7 @@ class Emulator:
         emu_outs = [a if fmt is None else round_into(a, fmt) for a, fmt in zip(emu_outs, step.rounds)]
         if self.reference:
             ref_args = [self._arg(v, ref, 1) for v in step.inputs]
-            ref_outs = [as_float(a, REFERENCE) for a in self._call(step, ref_args, self._ref_ctx)]
+            ref_outs = [as_reference(a) for a in self._call(step, ref_args, self._ref_ctx)]
             self._measure(step, ref_args, emu_args, ref_outs, emu_outs)
             for (vid, _), r in zip(step.outputs, ref_outs):
                 ref[vid] = r
@@ -212,15 +238,16 @@ class Emulator:
         for (vid, fmt), r, e in zip(step.outputs, ref_outs, emu_outs):
             if fmt is None or (r is not None and r.dtype.kind != "f"):
                 continue
+            # a rearranged value holds its input's numbers: its input's sample, measured once, counts for both
             known = self._samples.get(step.rearranges) if step.rearranges is not None else None
             if r is None and known is None:
                 continue
             stats = self.stats.get(vid)
             if stats is None:
                 stats = self.stats[vid] = ValueStats(fmt)
-            sample = known[1] if known is not None and known[0] == floor else stats.measure(r, e, floor, local)
-            stats.merge(sample, floor)
-            self._samples[vid] = (floor, sample)
+            value_floor, sample = known if known is not None else (floor, stats.measure(r, e, floor, local))
+            stats.merge(sample, value_floor)
+            self._samples[vid] = (value_floor, sample)
         for hook in step.hooks:
             hook(ref_args, emu_args, ref_outs, emu_outs)
 
@@ -257,7 +284,7 @@ class Emulator:
             if pair is None:
                 data = np.asarray(value.const())
                 pair = self._consts[id(value)] = (round_into(as_float(data, np.float32), self._held(value)),
-                                                  as_float(data, REFERENCE))
+                                                  as_reference(data))
             return pair[which]
         try:
             return env[id(value)]

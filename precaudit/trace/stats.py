@@ -57,7 +57,7 @@ class ValueStats:
         self.max_error = max(self.max_error, max_error)
 
     def measure(self, ref: np.ndarray, emu: np.ndarray, noise_floor: float = 0.0,
-                local_floor: Callable[[], np.ndarray] | None = None) -> tuple:
+                local_floor: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple:
         """One sample's counts: (elements, ref_nonfinite, absmax, overflow, nonzero, underflow, subnormal,
         min_nonzero, nonfinite, max_error).
 
@@ -65,14 +65,15 @@ class ValueStats:
         The finer counts run only when those bounds cannot rule them out (a finite max proves every element
         finite, a min at or above the smallest normal proves nothing underflows), and then on the few values
         below the smallest normal. Non-finite values fall back to _measure_exact, which counts everything
-        on the whole array. local_floor, where given, gives each element its own noise floor (an elementwise
-        sum is noise only where it is small against its own two inputs, not against the whole tensor's).
+        on the whole array. local_floor, where given, gives the elements a mask selects their own noise floor (an
+        elementwise sum is noise only where it is small against its own two inputs, not the whole tensor's).
+        |ref| and emu - ref go into scratch buffers reused from one call to the next.
         """
         size = ref.size
         if size == 0:
             return (0, 0, 0.0, 0, 0, 0, 0, math.inf, 0, 0.0)
         fmt = self.fmt
-        a = np.abs(ref)
+        a = np.abs(ref, out=_scratch(ref, 0))
         amax = float(a.max())
         if not math.isfinite(amax):
             return self._measure_exact(ref, emu, noise_floor, local_floor=local_floor)
@@ -89,7 +90,7 @@ class ValueStats:
             if small and noise_floor >= fmt.smallest_normal and local_floor is None:  # noise above the tiny values
                 return self._measure_exact(ref, emu, noise_floor, a)
             if small:
-                floor = noise_floor if local_floor is None else np.broadcast_to(local_floor(), a.shape)[below]
+                floor = noise_floor if local_floor is None else local_floor(below)
                 noise = int(np.count_nonzero((tiny > 0) & (tiny <= floor))) if noise_floor > 0 else 0
                 underflow = int(np.count_nonzero((tiny > floor) & (tiny <= fmt.smallest_subnormal / 2)))
                 subnormal = small - underflow - noise
@@ -98,14 +99,14 @@ class ValueStats:
                     min_nonzero = float(tiny[tiny > 0].min())
                 else:
                     min_nonzero = float(np.min(a, where=a > 0, initial=math.inf)) if nonzero else math.inf
-        diff = np.subtract(emu, ref)
+        diff = np.subtract(emu, ref, out=_scratch(ref, 1)) if emu.dtype == ref.dtype else emu - ref
         dmax, dmin = float(diff.max()), float(diff.min())
         if not (math.isfinite(dmax) and math.isfinite(dmin)):  # the emulated run went inf/NaN somewhere
             return self._measure_exact(ref, emu, noise_floor, a, local_floor)
         return (size, 0, amax, overflow, nonzero, underflow, subnormal, min_nonzero, 0, abs(max(dmax, -dmin)))
 
     def _measure_exact(self, ref: np.ndarray, emu: np.ndarray, noise_floor: float, a: np.ndarray | None = None,
-                       local_floor: Callable[[], np.ndarray] | None = None) -> tuple:
+                       local_floor: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple:
         """measure() for any array: every count taken in full (non-finite values, zeros, underflow, noise)."""
         fmt = self.fmt
         if a is None:
@@ -122,9 +123,11 @@ class ValueStats:
         small = int(np.count_nonzero(a < fmt.smallest_normal)) - zeros
         underflow = subnormal = 0
         if small:  # the rare path: only values with tiny entries pay for the finer counts
-            floor = noise_floor if local_floor is None else local_floor()
-            noise = int(np.count_nonzero((a > 0) & (a <= floor))) if noise_floor > 0 else 0
-            underflow = int(np.count_nonzero((a > floor) & (a <= fmt.smallest_subnormal / 2)))
+            below = a < fmt.smallest_normal
+            tiny = a[below]
+            floor = noise_floor if local_floor is None else local_floor(below)
+            noise = int(np.count_nonzero((tiny > 0) & (tiny <= floor))) if noise_floor > 0 else 0
+            underflow = int(np.count_nonzero((tiny > floor) & (tiny <= fmt.smallest_subnormal / 2)))
             subnormal = small - underflow - noise
         min_nonzero = float(np.min(a, where=a > 0, initial=math.inf)) if nonzero else math.inf
         emu_finite = np.isfinite(emu)
@@ -144,6 +147,19 @@ class ValueStats:
     @property
     def rel_error(self) -> float:
         return self.max_error / self.absmax if self.absmax > 0 else 0.0
+
+
+_SCRATCH: dict[tuple, np.ndarray] = {}
+
+
+def _scratch(like: np.ndarray, slot: int) -> np.ndarray:
+    """A buffer shaped like `like`, reused across calls: allocating two arrays per value per sample costs more
+    than the passes that fill them. Its contents live until the next call that asks for the same slot."""
+    key = (like.dtype.str, slot)
+    buffer = _SCRATCH.get(key)
+    if buffer is None or buffer.size < like.size:
+        buffer = _SCRATCH[key] = np.empty(max(like.size, 1 << 16), dtype=like.dtype)
+    return buffer[:like.size].reshape(like.shape)
 
 
 @dataclass

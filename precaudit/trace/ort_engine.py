@@ -1,0 +1,357 @@
+"""Run stretches of the graph on onnxruntime: the float32 reference and the emulation side by side in one session.
+
+The emulated copy of each node computes in float32, and each float output goes through a round-trip Cast into
+the format it is held in (Cast to float16, Cast back to float32). Every op therefore sees inputs that hold
+values of the format and leaves a value of the format: the semantics of the numpy kernels, at onnxruntime's
+speed. onnxruntime's own float16 kernels are never used, since they keep chains of ops in float32 and hide
+overflow; only its Cast rounds, and it rounds float16 and bfloat16 exactly as ml_dtypes does (tested).
+
+A segment is a run of consecutive nodes. Its session returns every value the measurements read, so it holds
+them all at once; segments are sized from the bytes the previous ones returned, so memory stays near a fixed
+budget whatever the model. Nodes onnxruntime cannot emulate faithfully (fp8, statistics rounded inside a
+fused norm, unknown domains), and segments onnxruntime refuses, run on the numpy kernels instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from ..errors import InputError
+from ..ir import Node, Value
+
+if TYPE_CHECKING:
+    from .emulator import Emulator, _Step
+
+__all__ = ["OrtSegments", "onnxruntime_available"]
+
+# Formats a Cast pair rounds into; fp8 stays on numpy (onnxruntime's Cast saturates by default, and needs opset 19).
+_ROUND_TO = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
+_HELD_AS_IS = {"fp32", "fp64"}
+_NARROW = {TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ,
+           TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ}
+_DOMAINS = {"": "", "ai.onnx": "", "com.microsoft": "com.microsoft"}
+_DEFAULT_OPSET = {"": 17, "com.microsoft": 1}
+# Ops whose output depends only on their input's shape: one copy serves both runs.
+_SHAPE_ONLY = {"Shape", "Size"}
+_EMBED_BYTES = 64 * 2 ** 10
+_BUDGET = 256 * 2 ** 20  # bytes a segment may return, reference and emulation together
+_FIRST_SEGMENT = 64  # nodes, before any size is known
+_MIN_SEGMENT, _MAX_SEGMENT = 16, 2048
+
+
+def onnxruntime_available() -> bool:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass
+class _Segment:
+    start: int
+    end: int
+    session: object
+    ref_feeds: list[tuple[str, int]]  # (graph input name, value id) fed from the reference env
+    emu_feeds: list[tuple[str, int]]  # the same from the emulated env
+    fetch: list[tuple[str, int, bool]]  # (output name, value id, emulated?)
+    keep: list = field(default_factory=list)  # arrays the session reads without copying
+
+
+class OrtSegments:
+    """Drives an Emulator's steps through onnxruntime sessions where it can; returns None where it cannot."""
+
+    def __init__(self, emulator: "Emulator"):
+        self.em = emulator
+        steps = emulator._steps
+        self.eligible = [self._eligible(s) for s in steps]
+        self._segments: dict[int, _Segment | None] = {}
+        self._returned_bytes = 0
+        self._returned_steps = 0
+        self._shared = self._shared_values()
+        # the last step that reads each value; a value read after its segment ends must be returned
+        self._last_read: dict[int, int] = {}
+        for i, step in enumerate(steps):
+            for v in step.inputs:
+                if v is not None and not v.is_const:
+                    self._last_read[id(v)] = i
+        self._outputs = {id(v) for v in emulator.graph.outputs}
+        self._measured_by_step = self._measured_values()
+        self._opsets = self._opset_imports()
+
+    # ---- running -------------------------------------------------------------------------------------------
+
+    def run_from(self, i: int, emu: dict, ref: dict) -> int | None:
+        """Run and measure the segment starting at step i; the step after it, or None to run step i on numpy."""
+        if not self.eligible[i]:
+            return None
+        segment = self._segments.get(i, self)
+        if segment is self:
+            segment = self._segments[i] = self._build(i, emu, ref)
+        if segment is None:
+            return None
+        try:
+            outs = segment.session.run([name for name, _, _ in segment.fetch],
+                                       {**{n: ref[vid] for n, vid in segment.ref_feeds},
+                                        **{n: emu[vid] for n, vid in segment.emu_feeds}})
+        except Exception:
+            # onnxruntime refused these inputs; numpy runs the segment now and from now on (a real input error
+            # is then reported by the numpy kernels, in one line)
+            self._segments[i] = None
+            for k in range(segment.start, segment.end):
+                self.eligible[k] = False
+            return None
+        for (_, vid, emulated), array in zip(segment.fetch, outs):
+            (emu if emulated else ref)[vid] = array
+            self._returned_bytes += array.nbytes
+        self._returned_steps += segment.end - segment.start
+        for k in range(segment.start, segment.end):
+            self._measure_step(self.em._steps[k], emu, ref)
+        return segment.end
+
+    def _measure_step(self, step: "_Step", emu: dict, ref: dict) -> None:
+        em = self.em
+        for (vid, _) in step.outputs:  # a shared value is returned once: both runs hold the same numbers
+            if vid in ref and vid not in emu:
+                emu[vid] = ref[vid]
+        if em.reference:
+            # only hooks and the elementwise noise floor read a node's inputs; the weights stay unrounded here
+            reads_args = bool(step.hooks) or step.node.op_type in ("Add", "Sub")
+            ref_args = [_get(v, ref, em, 1) for v in step.inputs] if reads_args else []
+            emu_args = [_get(v, emu, em, 0) for v in step.inputs] if reads_args else []
+            em._measure(step, ref_args, emu_args, [ref.get(vid) for vid, _ in step.outputs],
+                        [emu.get(vid) for vid, _ in step.outputs])
+        em._free(step, emu, ref)
+
+    # ---- which steps, which values -------------------------------------------------------------------------
+
+    def _eligible(self, step: "_Step") -> bool:
+        em = self.em
+        node = step.node
+        if node.domain not in _DOMAINS or step.emu_ctx is not em._emu_ctx:
+            return False
+        if any(fmt is not None and fmt.name not in _ROUND_TO for fmt in step.rounds):
+            if any(fmt is not None and fmt.name not in _ROUND_TO and fmt.name not in _HELD_AS_IS
+                   for fmt in step.rounds):
+                return False
+        for v in node.inputs:
+            if v is not None and v.is_const:
+                fmt = em._held(v)
+                if fmt is not None and fmt.name not in _ROUND_TO and fmt.name not in _HELD_AS_IS:
+                    return False
+        return all(not isinstance(a, onnx.GraphProto) for a in node.attrs.values())
+
+    def _shared_values(self) -> set[int]:
+        """Values both runs hold alike: integer inputs and what integer-only nodes make of them (shape arithmetic)."""
+        em = self.em
+        shared = {id(v) for v in em.graph.inputs if em._input_fmt[id(v)] is None}
+        for step in em._steps:
+            node = step.node
+            floats_out = any(fmt is not None for _, fmt in step.outputs)
+            if floats_out or node.domain not in _DOMAINS:
+                continue
+            if node.op_type in _SHAPE_ONLY or all(v is None or self._is_shared(v, shared) for v in node.inputs):
+                shared.update(vid for vid, _ in step.outputs)
+        return shared
+
+    def _is_shared(self, v: Value, shared: set[int]) -> bool:
+        if v.is_const:
+            return self._const_is_shared(v)
+        return id(v) in shared
+
+    def _const_is_shared(self, v: Value) -> bool:
+        fmt = self.em._held(v)
+        return fmt is None or fmt.name in _HELD_AS_IS
+
+    def _measured_values(self) -> list[set[int]]:
+        """Per step, the values the measurements read: its float outputs, and for hooked and Add/Sub nodes its inputs."""
+        em = self.em
+        made_by_step = {vid for s in em._steps for vid, fmt in s.outputs if fmt is not None}
+        out = []
+        for step in em._steps:
+            needed = set()
+            for vid, fmt in step.outputs:
+                if fmt is None:
+                    continue
+                source = step.rearranges
+                if source is not None and source in made_by_step:
+                    continue  # its numbers are its input's: the input's sample is reused
+                needed.add(vid)
+            if step.hooks or em.hooks.get(id(step.node)) or step.node.op_type in ("Add", "Sub"):
+                needed.update(id(v) for v in step.inputs if v is not None and not v.is_const)
+                needed.update(vid for vid, _ in step.outputs)
+            out.append(needed)
+        return out
+
+    # ---- building a segment --------------------------------------------------------------------------------
+
+    def _segment_end(self, i: int) -> int:
+        steps = len(self.em._steps)
+        if self._returned_steps:
+            per_step = max(1.0, self._returned_bytes / self._returned_steps)
+            size = int(min(_MAX_SEGMENT, max(_MIN_SEGMENT, _BUDGET // per_step)))
+        else:
+            size = _FIRST_SEGMENT
+        end = i
+        while end < steps and end - i < size and self.eligible[end]:
+            end += 1
+        return end
+
+    def _build(self, i: int, emu: dict, ref: dict) -> _Segment | None:
+        end = self._segment_end(i)
+        try:
+            return self._build_range(i, end, emu, ref)
+        except InputError:
+            raise
+        except Exception:
+            for k in range(i, end):  # onnxruntime refused a node in here: these run on numpy
+                self.eligible[k] = False
+            return None
+
+    def _build_range(self, start: int, end: int, emu: dict, ref: dict) -> _Segment:
+        import onnxruntime as ort
+
+        em = self.em
+        steps = em._steps[start:end]
+        made_here = {vid for s in steps for vid, _ in s.outputs}
+        nodes: list[onnx.NodeProto] = []
+        inputs: dict[str, onnx.ValueInfoProto] = {}
+        ref_feeds: list[tuple[str, int]] = []
+        emu_feeds: list[tuple[str, int]] = []
+        consts: dict[str, np.ndarray] = {}
+        rounded_consts: set[int] = set()
+
+        def feed(v: Value, emulated: bool) -> str:
+            name = self._name(v, emulated)
+            if name not in inputs:
+                array = (emu if emulated else ref)[id(v)]
+                inputs[name] = helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(array.dtype),
+                                                             None)
+                (emu_feeds if emulated else ref_feeds).append((name, id(v)))
+            return name
+
+        def const(v: Value, emulated: bool) -> str:
+            if v.name not in consts:
+                consts[v.name] = _reference_array(v.const())
+            if not emulated or self._const_is_shared(v):
+                return v.name
+            name = self._name(v, True)
+            if id(v) not in rounded_consts:  # onnxruntime folds the rounding once, when the session is made
+                rounded_consts.add(id(v))
+                nodes.extend(_round_trip(v.name, name, _ROUND_TO[em._held(v).name]))
+            return name
+
+        def arg(v: Value | None, emulated: bool) -> str:
+            if v is None:
+                return ""
+            if v.is_const:
+                return const(v, emulated)
+            if id(v) in made_here:
+                return self._name(v, emulated)
+            return feed(v, emulated and id(v) not in self._shared)
+
+        fetch: list[tuple[str, int, bool]] = []
+        for k, step in enumerate(steps, start):
+            node = step.node
+            attrs = _float32_attrs(node)
+            ref_ins = [arg(v, False) for v in node.inputs]
+            nodes.append(helper.make_node(node.op_type, ref_ins, [o.name for o in node.outputs],
+                                          domain=node.domain, **attrs))
+            shared = all(vid in self._shared for vid, _ in step.outputs)
+            if not shared:
+                emu_ins = [arg(v, True) for v in node.inputs]
+                raw = [f"raw::{o.name}" if fmt is not None and fmt.name in _ROUND_TO else self._name(o, True)
+                       for o, fmt in zip(node.outputs, step.rounds)]
+                nodes.append(helper.make_node(node.op_type, emu_ins, raw, domain=node.domain, **attrs))
+                for o, fmt, r in zip(node.outputs, step.rounds, raw):
+                    if fmt is not None and fmt.name in _ROUND_TO:
+                        nodes.extend(_round_trip(r, self._name(o, True), _ROUND_TO[fmt.name]))
+            needed = self._measured_by_step[k]
+            for o in node.outputs:
+                vid = id(o)
+                if not o.name:
+                    continue
+                later = self._last_read.get(vid, -1) >= end or vid in self._outputs
+                if vid in needed or later:
+                    fetch.append((o.name, vid, False))
+                    if vid not in self._shared:
+                        fetch.append((self._name(o, True), vid, True))
+        initializers, external, values = [], [], []
+        for name, array in consts.items():
+            if array.nbytes <= _EMBED_BYTES:  # shape inference reads small constants (axes, shapes) from the model
+                initializers.append(numpy_helper.from_array(array, name))
+                continue
+            tensor = TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(array.dtype),
+                                 dims=array.shape, data_location=TensorProto.EXTERNAL)
+            entry = tensor.external_data.add()
+            entry.key, entry.value = "location", "precaudit-in-memory"
+            initializers.append(tensor)
+            external.append(name)
+            values.append(ort.OrtValue.ortvalue_from_numpy(array))
+        graph = helper.make_graph(nodes, "precaudit_segment", list(inputs.values()),
+                                  [onnx.ValueInfoProto(name=name) for name, _, _ in fetch], initializers)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in self._opsets.items()])
+        model.ir_version = min(onnx.IR_VERSION, 10)
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        if external:  # weights are handed over in memory, not copied into the model
+            options.add_external_initializers(external, values)
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return _Segment(start, end, session, ref_feeds, emu_feeds, fetch, keep=[consts, values])
+
+    def _name(self, v: Value, emulated: bool) -> str:
+        if not emulated or (not v.is_const and id(v) in self._shared):
+            return v.name
+        return f"emu::{v.name}"
+
+    def _opset_imports(self) -> dict[str, int]:
+        opsets = dict(_DEFAULT_OPSET)
+        seen: dict[str, int] = {}
+        for node in self.em.graph.nodes:
+            domain = _DOMAINS.get(node.domain)
+            if domain is not None and node.opset is not None:
+                seen[domain] = max(seen.get(domain, 0), node.opset)
+        opsets.update(seen)
+        return opsets
+
+
+def _get(v: Value | None, env: dict, em: "Emulator", which: int):
+    if v is None:
+        return None
+    if v.is_const:
+        return em._arg(v, env, which)
+    return env.get(id(v))
+
+
+def _round_trip(source: str, target: str, narrow: int) -> list[onnx.NodeProto]:
+    return [helper.make_node("Cast", [source], [f"narrow::{target}"], to=narrow),
+            helper.make_node("Cast", [f"narrow::{target}"], [target], to=TensorProto.FLOAT)]
+
+
+_ML_FLOATS = ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+
+
+def _reference_array(data: np.ndarray) -> np.ndarray:
+    """A constant as the reference holds it: narrow floats widened to float32, the rest as stored."""
+    array = np.asarray(data)
+    if array.dtype not in (np.float32, np.float64) and (array.dtype.kind == "f" or array.dtype.name in _ML_FLOATS):
+        array = array.astype(np.float32)
+    # np.ascontiguousarray would turn a 0-d array into a 1-d one (an index into a rank-1 one, say)
+    return array if array.flags.c_contiguous else array.copy(order="C")
+
+
+def _float32_attrs(node: Node) -> dict:
+    """A node's attributes with every narrow float type replaced by float32: both runs compute in float32."""
+    attrs = {}
+    for key, value in node.attrs.items():
+        if key in ("to", "dtype") and isinstance(value, int) and value in _NARROW:
+            value = TensorProto.FLOAT
+        elif isinstance(value, TensorProto) and value.data_type in _NARROW:
+            value = numpy_helper.from_array(_reference_array(numpy_helper.to_array(value)), value.name)
+        attrs[key] = value
+    return attrs
