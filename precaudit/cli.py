@@ -105,6 +105,8 @@ def check(
     samples: int = typer.Option(1, "--samples", min=1, help="Traced mode: how many synthesized input batches."),
     dim: List[str] = typer.Option([], "--dim", metavar="NAME=SIZE", help="Traced mode: size of a symbolic dim."),
     seed: int = typer.Option(0, "--seed", min=0, help="Traced mode: seed for synthesized inputs."),
+    trace_engine: str = typer.Option("auto", "--trace-engine", metavar="auto|onnxruntime|numpy",
+                                     help="Traced mode: what runs the ops (auto: onnxruntime where installed)."),
     input_shape: List[str] = typer.Option([], "--input-shape", metavar="D0,D1,...",
                                           help="PyTorch: shape of each forward() argument when the factory gives none."),
     input_dtype: str = typer.Option("fp32", "--input-dtype", help="PyTorch: dtype of synthesized inputs (fp32, fp16, bf16, int64 for token ids)."),
@@ -139,7 +141,9 @@ def check(
     from .options import TorchOptions, TraceOptions
 
     torch_options = TorchOptions(_shapes(input_shape), input_dtype, trust_pickle)
-    trace_options = TraceOptions(inputs, samples, _dims(dim), seed,
+    if trace_engine not in ("auto", "onnxruntime", "numpy"):
+        raise InputError(None, f"--trace-engine {trace_engine!r}: choose auto, onnxruntime or numpy")
+    trace_options = TraceOptions(inputs, samples, _dims(dim), seed, engine=trace_engine,
                                  progress=settings.format == "text" and output is None and _color_ok(no_color)) \
         if trace else None
     outcome = _run(models, settings, write_baseline, exit_zero, torch_options, trace_options)

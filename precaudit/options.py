@@ -24,4 +24,5 @@ class TraceOptions:
     samples: int = 1
     dims: dict[str, int] = field(default_factory=dict)  # values for symbolic dims (--dim batch=2)
     seed: int = 0
+    engine: str = "auto"  # onnxruntime where it is installed (numpy kernels for what it cannot run), or numpy only
     progress: bool = False  # a progress bar on a terminal; never in CI or with machine-readable output

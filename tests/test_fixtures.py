@@ -13,16 +13,21 @@ from tests.helpers import run_json
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 MODULES = sorted(p.stem for p in FIXTURES.glob("PA*.py"))
 CASES = [(mod, case) for mod in MODULES for case in importlib.import_module(f"fixtures.{mod}").CASES]
+# Traced cases run on both engines: onnxruntime (the default where installed) and the numpy kernels.
+RUNS = [(mod, case, engine) for mod, case in CASES
+        for engine in (("onnxruntime", "numpy") if "--trace" in case.args else ("",))]
 
 
 def test_fixture_files_were_found():
     assert len(MODULES) >= 6 and len(CASES) >= 40
 
 
-@pytest.mark.parametrize("module,case", CASES, ids=[f"{m}:{c.name}" for m, c in CASES])
-def test_case(module, case, tmp_path):
+@pytest.mark.parametrize("module,case,engine", RUNS,
+                         ids=[f"{m}:{c.name}" + (f":{e}" if e else "") for m, c, e in RUNS])
+def test_case(module, case, engine, tmp_path):
     model = case.build(tmp_path)
-    code, report = run_json([model], "--dtype", case.dtype, *case.args, out_dir=tmp_path)
+    engine_args = ("--trace-engine", engine) if engine else ()
+    code, report = run_json([model], "--dtype", case.dtype, *case.args, *engine_args, out_dir=tmp_path)
     assert report["errors"] == []
     got = {(r["rule_id"], r["node_name"]) for r in report["results"]}
     assert got == case.expect

@@ -34,7 +34,8 @@ def test_an_op_without_a_numpy_kernel_runs_through_the_reference_evaluator(tmp_p
     path = save(chain_model(steps, dtype="fp32", consts={"big": 1000.0}), tmp_path / "m.onnx")
     x = np.full((2, 8), 3.0, np.float32)
     np.savez(tmp_path / "x.npz", x=x)
-    code, report = run_json([path], "--trace", "--inputs", str(tmp_path / "x.npz"), "--select", "PA901", out_dir=tmp_path)
+    code, report = run_json([path], "--trace", "--trace-engine", "numpy", "--inputs", str(tmp_path / "x.npz"),
+                            "--select", "PA901", out_dir=tmp_path)
     assert [(r["node_name"], r["values"]["absmax"]) for r in report["results"]] == [("sq", 9e6)]
 
 

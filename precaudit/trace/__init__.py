@@ -19,7 +19,7 @@ __all__ = ["traced_sites"]
 
 def traced_sites(graph: Graph, resolver: DtypeResolver, options: TraceOptions) -> list[Site]:
     """Run every sample through the reference and the emulation, then one site per thing measured, in graph order."""
-    emulator = Emulator(graph, resolver)
+    emulator = Emulator(graph, resolver, engine=options.engine)
     probes = attach_probes(graph, resolver, emulator)
     # an .npz is one sample; synthesized inputs give --samples independent draws
     samples = 1 if options.inputs else max(1, options.samples)

@@ -186,6 +186,7 @@ class Emulator:
             raise InputError(graph.path, "--trace-engine onnxruntime needs onnxruntime: pip install 'precaudit[trace]'")
         self.engine = engine if engine != "auto" else "onnxruntime" if onnxruntime_available() else "numpy"
         self._ort: OrtSegments | None = None  # made at the first run, once the probes have hooked on
+        self.ran_on = {"onnxruntime": 0, "numpy": 0}  # nodes per engine in the last sample
 
     def run(self, feeds: dict[str, np.ndarray], progress: Callable[[int, int], None] | None = None) -> None:
         """One sample through the graph; measurements accumulate in self.stats and the hooks."""
@@ -202,12 +203,16 @@ class Emulator:
         if self.engine == "onnxruntime" and self.reference and self._ort is None:
             self._ort = OrtSegments(self)
         i = 0
+        self.ran_on = {"onnxruntime": 0, "numpy": 0}
         with np.errstate(all="ignore"):  # inf and NaN are what traced mode is looking for
             while i < total:
                 after = self._ort.run_from(i, emu, ref) if self._ort is not None else None
                 if after is None:
                     self._run_step(self._steps[i], emu, ref)
                     after = i + 1
+                    self.ran_on["numpy"] += 1
+                else:
+                    self.ran_on["onnxruntime"] += after - i
                 i = after
                 if progress is not None:
                     progress(i, total)

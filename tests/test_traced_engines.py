@@ -1,0 +1,128 @@
+"""The onnxruntime engine against the numpy kernels: same values measured, same findings, on real exporter graphs.
+
+Segments are forced small here so that values cross from one onnxruntime session to the next, and from
+onnxruntime to numpy, many times in one model.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+torch = pytest.importorskip("torch")
+
+from fixtures.onnx_builders import chain_model, save  # noqa: E402
+from fixtures.torch_exports import HF_CASES, export  # noqa: E402
+from precaudit.analysis.compute_dtype import DtypeResolver  # noqa: E402
+from precaudit.dtypes import FORMATS  # noqa: E402
+from precaudit.frontends.onnx import load_onnx  # noqa: E402
+from precaudit.trace import ort_engine  # noqa: E402
+from precaudit.trace.emulator import Emulator  # noqa: E402
+from precaudit.trace.inputs import synthesize_inputs  # noqa: E402
+from precaudit.trace.measure import attach_probes  # noqa: E402
+from tests.helpers import run_json  # noqa: E402
+
+MODELS = [("hf_bert", "ts14", "fp32", "fp16"), ("hf_llama", "dynamo18", "fp32", "bf16"),
+          ("hf_gpt2", "dynamo18", "fp16", "fp16"), ("hf_t5", "ts17", "fp16", "fp16")]
+
+
+def _run(graph, target: str, engine: str, feeds: dict) -> Emulator:
+    resolver = DtypeResolver(graph, FORMATS[target])
+    emulator = Emulator(graph, resolver, engine=engine)
+    attach_probes(graph, resolver, emulator)
+    emulator.run(feeds)
+    return emulator
+
+
+@pytest.fixture
+def small_segments(monkeypatch):
+    monkeypatch.setattr(ort_engine, "_FIRST_SEGMENT", 7)
+    monkeypatch.setattr(ort_engine, "_MIN_SEGMENT", 5)
+    monkeypatch.setattr(ort_engine, "_BUDGET", 1)
+
+
+@pytest.mark.parametrize("name,exporter,stored,target", MODELS, ids=[f"{m[0]}-{m[1]}-{m[2]}-{m[3]}" for m in MODELS])
+def test_onnxruntime_runs_every_node_and_measures_what_numpy_measures(name, exporter, stored, target, tmp_path,
+                                                                     small_segments):
+    case = next(c for c in HF_CASES if c.name == name)
+    graph = load_onnx(str(export(case, exporter, stored, tmp_path)))
+    feeds = synthesize_inputs(graph, {}, seed=0)
+    fast = _run(graph, target, "onnxruntime", feeds)
+    slow = _run(graph, target, "numpy", feeds)
+    assert fast.ran_on == {"onnxruntime": len(fast._steps), "numpy": 0}
+    segments = [s for s in fast._ort._segments.values() if s is not None]
+    assert len(segments) > 5  # values really crossed sessions
+    assert fast.stats.keys() == slow.stats.keys() and len(fast.stats) > 20
+    for vid, want in slow.stats.items():
+        got = fast.stats[vid]
+        assert (got.elements, got.overflow, got.nonfinite, got.ref_nonfinite) == \
+               (want.elements, want.overflow, want.nonfinite, want.ref_nonfinite)
+        assert got.absmax == pytest.approx(want.absmax, rel=1e-4, abs=1e-6)
+        # two emulations differ by where their float32 sums round: errors of the same size, not the same bits
+        assert got.max_error <= 4 * want.max_error + 1e-3 * want.absmax + 1e-7
+        assert abs(got.underflow - want.underflow) <= max(2, 0.01 * want.elements)
+
+
+def _square_chain(tmp_path):
+    """x * 300, squared, plus 1, then the graph output (an Identity): the square overflows in float16."""
+    steps = [("Mul", ["x", "k"], "act"), ("Mul", ["act", "act"], "sq"), ("Add", ["sq", "one"], "out")]
+    path = save(chain_model(steps, dtype="fp32", consts={"k": 300.0, "one": 1.0}), tmp_path / "sq.onnx")
+    np.savez(tmp_path / "x.npz", x=np.ones((2, 8), np.float32))
+    return path
+
+
+def test_the_square_overflow_is_found_by_onnxruntime_casts(tmp_path):
+    path = _square_chain(tmp_path)
+    graph = load_onnx(str(path))
+    emulator = _run(graph, "fp16", "onnxruntime", {"x": np.ones((2, 8), np.float32)})
+    assert emulator.ran_on == {"onnxruntime": 4, "numpy": 0}
+    by_name = {v.name: emulator.stats[id(v)] for n in graph.nodes for v in n.outputs if id(v) in emulator.stats}
+    assert by_name["sq"].nonfinite == 16 and by_name["sq"].absmax == 90000.0
+    assert by_name["act"].nonfinite == 0
+    code, report = run_json([path], "--trace", "--trace-engine", "onnxruntime", "--inputs", str(tmp_path / "x.npz"),
+                            "--select", "PA9", out_dir=tmp_path)
+    assert {(r["rule_id"], r["node_name"]) for r in report["results"]} == {("PA901", "sq"), ("PA906", "sq")}
+
+
+def test_fp8_runs_on_numpy_kernels(tmp_path):
+    """onnxruntime's Cast saturates fp8 by default: precaudit keeps fp8 on its own kernels (ml_dtypes)."""
+    path = _square_chain(tmp_path)
+    graph = load_onnx(str(path))
+    emulator = _run(graph, "fp8-e4m3", "auto", {"x": np.ones((2, 8), np.float32)})
+    # the three arithmetic nodes; the final Identity only moves values, which needs no rounding at all
+    assert emulator.ran_on == {"onnxruntime": 1, "numpy": 3}
+    act = next(emulator.stats[id(v)] for n in graph.nodes for v in n.outputs if v.name == "act")
+    assert act.overflow == 0 and act.absmax == 300.0  # 300 fits e4m3 (max 448); 90000 does not
+    sq = next(emulator.stats[id(v)] for n in graph.nodes for v in n.outputs if v.name == "sq")
+    assert sq.overflow == 16 and not math.isinf(sq.absmax)
+
+
+def test_unknown_trace_engine_is_one_line(tmp_path, capsys):
+    from precaudit.cli import main
+
+    path = _square_chain(tmp_path)
+    assert main([str(path), "--trace", "--trace-engine", "gpu"]) == 2
+    assert capsys.readouterr().err == ("precaudit: --trace-engine 'gpu': choose auto, onnxruntime or numpy\n")
+
+
+def test_a_segment_onnxruntime_refuses_runs_on_numpy(tmp_path, monkeypatch, small_segments):
+    """Whatever onnxruntime cannot build (an op it lacks, a type it rejects) falls back node by node, same findings."""
+    built = ort_engine.OrtSegments._build_range
+
+    def refuse_the_first(self, start, end, emu, ref):
+        if start == 0:
+            raise RuntimeError("onnxruntime: not implemented")
+        return built(self, start, end, emu, ref)
+
+    monkeypatch.setattr(ort_engine.OrtSegments, "_build_range", refuse_the_first)
+    case = next(c for c in HF_CASES if c.name == "hf_bert")
+    graph = load_onnx(str(export(case, "ts14", "fp32", tmp_path)))
+    feeds = synthesize_inputs(graph, {}, seed=0)
+    mixed = _run(graph, "fp16", "onnxruntime", feeds)
+    assert mixed.ran_on["numpy"] == 7 and mixed.ran_on["onnxruntime"] == len(mixed._steps) - 7  # the first segment
+    slow = _run(graph, "fp16", "numpy", feeds)
+    for vid, want in slow.stats.items():
+        assert mixed.stats[vid].absmax == pytest.approx(want.absmax, rel=1e-4, abs=1e-6)
