@@ -1,15 +1,17 @@
 """How much slower traced mode is than a plain onnxruntime float32 run of the same model and inputs.
 
 Exports a randomly initialized transformers BertModel (TorchScript exporter, opset 14, so every LayerNorm is
-decomposed: a graph of a few thousand nodes), synthesizes one batch of token ids, and times in one process:
+decomposed), synthesizes one batch of token ids, and times in one process, on the same inputs:
 
-  onnxruntime fp32     a plain CPU inference run (the yardstick)
-  emulation only       precaudit's op-by-op run with every intermediate rounded into float16
-  full traced mode     emulation + float64 reference + every measurement (what `--trace` runs)
+  onnxruntime fp32          a plain CPU inference run of the exported model (the yardstick)
+  emulation only            every intermediate rounded into float16 op by op, nothing measured
+  traced mode, per sample   emulation + float32 reference + every measurement: what `--trace` adds per batch
+  traced mode, first run    the same plus the one-time setup (planning, onnxruntime sessions)
 
-Each is timed as the best of --repeat runs, after a warm-up. Needs torch, transformers and onnxruntime.
+for both engines: onnxruntime (the default where it is installed) and the numpy kernels. Times are the best of
+--repeat runs after a warm-up. Needs torch, transformers and onnxruntime.
 
-    python benchmarks/trace_speed.py [--layers 12] [--hidden 256] [--seq 128] [--repeat 3]
+    python benchmarks/trace_speed.py [--layers 12] [--hidden 768] [--seq 128] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def export_bert(path: Path, layers: int, hidden: int, seq: int) -> None:
 
 
 def best_of(repeat: int, fn) -> float:
-    fn()  # warm-up: caches, kernels, lazily loaded weights
+    fn()  # warm-up: caches, kernels, sessions
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
@@ -60,12 +62,18 @@ def best_of(repeat: int, fn) -> float:
     return min(times)
 
 
+def once(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=12)
-    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--hidden", type=int, default=768)
     parser.add_argument("--seq", type=int, default=128)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
 
     import onnxruntime as ort
@@ -73,31 +81,38 @@ def main(argv: list[str] | None = None) -> int:
     from precaudit.analysis.compute_dtype import DtypeResolver
     from precaudit.dtypes import FORMATS
     from precaudit.frontends.onnx import load_onnx
-    from precaudit.options import TraceOptions
-    from precaudit.trace import traced_sites
     from precaudit.trace.emulator import Emulator
     from precaudit.trace.inputs import synthesize_inputs
+    from precaudit.trace.measure import attach_probes
 
     folder = Path(tempfile.mkdtemp())
     model = folder / "bert.onnx"
     export_bert(model, args.layers, args.hidden, args.seq)
     graph = load_onnx(str(model))
     resolver = DtypeResolver(graph, FORMATS["fp16"])
-    dims = {"batch": 1, "sequence": args.seq}
-    feeds = synthesize_inputs(graph, dims, seed=0)
+    feeds = synthesize_inputs(graph, {"batch": 1, "sequence": args.seq}, seed=0)
 
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     t_ort = best_of(args.repeat, lambda: session.run(None, feeds))
-    emulation = Emulator(graph, resolver, reference=False)
-    t_emu = best_of(args.repeat, lambda: emulation.run(feeds))
-    options = TraceOptions(inputs=None, samples=1, dims=dims, seed=0)
-    t_full = best_of(args.repeat, lambda: traced_sites(graph, resolver, options))
-
     print(f"model: BertModel, {args.layers} layers, hidden {args.hidden}, sequence {args.seq}: "
           f"{len(graph.nodes)} nodes (TorchScript exporter, opset 14)")
-    print(f"onnxruntime fp32 (CPU)        {t_ort * 1000:9.1f} ms")
-    print(f"emulation only (fp16)         {t_emu * 1000:9.1f} ms   {t_emu / t_ort:5.2f}x onnxruntime")
-    print(f"full traced mode (--trace)    {t_full * 1000:9.1f} ms   {t_full / t_ort:5.2f}x onnxruntime")
+    print(f"onnxruntime fp32 (CPU)              {t_ort * 1000:9.1f} ms")
+
+    def traced(engine: str) -> Emulator:
+        emulator = Emulator(graph, resolver, engine=engine)
+        attach_probes(graph, resolver, emulator)  # the norm and op measurements --trace takes
+        return emulator
+
+    for engine in ("onnxruntime", "numpy"):
+        emulation = Emulator(graph, resolver, reference=False, engine=engine)
+        t_emu = best_of(args.repeat, lambda: emulation.run(feeds))
+        t_first = once(lambda: traced(engine).run(feeds))
+        full = traced(engine)
+        t_full = best_of(args.repeat, lambda: full.run(feeds))
+        print(f"[{engine}] emulation only (fp16)  {t_emu * 1000:9.1f} ms   {t_emu / t_ort:5.2f}x onnxruntime")
+        print(f"[{engine}] traced, per sample     {t_full * 1000:9.1f} ms   {t_full / t_ort:5.2f}x onnxruntime")
+        print(f"[{engine}] traced, first run      {t_first * 1000:9.1f} ms   {t_first / t_ort:5.2f}x onnxruntime"
+              f"   (nodes on onnxruntime / numpy: {full.ran_on['onnxruntime']} / {full.ran_on['numpy']})")
     return 0
 
 

@@ -194,13 +194,13 @@ class Emulator:
         ref: dict[int, np.ndarray] = {}
         for value in self.graph.inputs:
             emu[id(value)] = round_into(as_float(feeds[value.name], np.float32), self._input_fmt[id(value)])
-            if self.reference:
+            if self.reference or self._input_fmt[id(value)] is None:  # integer inputs feed both runs alike
                 ref[id(value)] = as_reference(feeds[value.name])
         self._samples = {}
         total = len(self._steps)
         for step in self._steps:  # hooks attached after construction
             step.hooks = self.hooks.get(id(step.node), [])
-        if self.engine == "onnxruntime" and self.reference and self._ort is None:
+        if self.engine == "onnxruntime" and self._ort is None:
             self._ort = OrtSegments(self)
         i = 0
         self.ran_on = {"onnxruntime": 0, "numpy": 0}

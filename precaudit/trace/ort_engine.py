@@ -259,10 +259,12 @@ class OrtSegments:
         for k, step in enumerate(steps, start):
             node = step.node
             attrs = _float32_attrs(node)
-            ref_ins = [arg(v, False) for v in node.inputs]
-            nodes.append(helper.make_node(node.op_type, ref_ins, [o.name for o in node.outputs],
-                                          domain=node.domain, **attrs))
             shared = all(vid in self._shared for vid, _ in step.outputs)
+            if em.reference or shared:  # without a reference (a benchmark of the emulation alone) only shared nodes
+                # (a shape read off a float value reads the emulated one when there is no reference)
+                ref_ins = [arg(v, not em.reference) for v in node.inputs]
+                nodes.append(helper.make_node(node.op_type, ref_ins, [o.name for o in node.outputs],
+                                              domain=node.domain, **attrs))
             if not shared:
                 emu_ins = [arg(v, True) for v in node.inputs]
                 raw = [f"raw::{o.name}" if fmt is not None and fmt.name in _ROUND_TO else self._name(o, True)
@@ -277,8 +279,9 @@ class OrtSegments:
                 if not o.name:
                     continue
                 later = self._last_read.get(vid, -1) >= end or vid in self._outputs
-                if vid in needed or later:
-                    fetch.append((o.name, vid, False))
+                if later or (vid in needed and em.reference):
+                    if em.reference or vid in self._shared:
+                        fetch.append((o.name, vid, False))
                     if vid not in self._shared:
                         fetch.append((self._name(o, True), vid, True))
         initializers, external, values = [], [], []
