@@ -126,3 +126,23 @@ def test_a_segment_onnxruntime_refuses_runs_on_numpy(tmp_path, monkeypatch, smal
     slow = _run(graph, "fp16", "numpy", feeds)
     for vid, want in slow.stats.items():
         assert mixed.stats[vid].absmax == pytest.approx(want.absmax, rel=1e-4, abs=1e-6)
+
+
+def test_omitted_optional_outputs_in_one_segment(tmp_path):
+    """Two LayerNorms that skip their Mean output (an empty name between two outputs) share one session."""
+    from onnx import helper as h
+
+    from fixtures.onnx_builders import const, model, tensor
+
+    nodes = [h.make_node("LayerNormalization", ["x", "g"], ["a", "", "a_istd"], name="ln1", epsilon=1e-5),
+             h.make_node("Mul", ["a", "k"], ["b"], name="scale"),
+             h.make_node("LayerNormalization", ["b", "g"], ["y", "", "y_istd"], name="ln2", epsilon=1e-5)]
+    m = model(nodes, [tensor("x", "fp32")], [tensor("y", "fp32")],
+              [const("g", np.ones(8), "fp32"), const("k", 300.0, "fp32")])
+    graph = load_onnx(str(save(m, tmp_path / "ln.onnx")))
+    feeds = {"x": np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)}
+    fast = _run(graph, "fp16", "onnxruntime", feeds)
+    slow = _run(graph, "fp16", "numpy", feeds)
+    assert fast.ran_on == {"onnxruntime": 3, "numpy": 0}
+    for vid, want in slow.stats.items():
+        assert fast.stats[vid].absmax == pytest.approx(want.absmax, rel=1e-5)

@@ -40,7 +40,7 @@ _DEFAULT_OPSET = {"": 17, "com.microsoft": 1}
 _SHAPE_ONLY = {"Shape", "Size"}
 _EMBED_BYTES = 64 * 2 ** 10
 _BUDGET = 256 * 2 ** 20  # bytes a segment may return, reference and emulation together
-_FIRST_SEGMENT = 64  # nodes, before any size is known
+_FIRST_SEGMENT = 32  # nodes, before any size is known
 _MIN_SEGMENT, _MAX_SEGMENT = 16, 2048
 
 
@@ -71,8 +71,8 @@ class OrtSegments:
         steps = emulator._steps
         self.eligible = [self._eligible(s) for s in steps]
         self._segments: dict[int, _Segment | None] = {}
-        self._returned_bytes = 0
-        self._returned_steps = 0
+        self._bytes_per_step = 1.0  # returned by the last segment run, reference and emulation together
+        self._last_size = 0  # nodes in the last segment built
         self._shared = self._shared_values()
         # the last step that reads each value; a value read after its segment ends must be returned
         self._last_read: dict[int, int] = {}
@@ -93,6 +93,8 @@ class OrtSegments:
         segment = self._segments.get(i, self)
         if segment is self:
             segment = self._segments[i] = self._build(i, emu, ref)
+            if segment is not None:
+                self._last_size = segment.end - segment.start
         if segment is None:
             return None
         try:
@@ -106,10 +108,11 @@ class OrtSegments:
             for k in range(segment.start, segment.end):
                 self.eligible[k] = False
             return None
+        returned = 0
         for (_, vid, emulated), array in zip(segment.fetch, outs):
             (emu if emulated else ref)[vid] = array
-            self._returned_bytes += array.nbytes
-        self._returned_steps += segment.end - segment.start
+            returned += array.nbytes
+        self._bytes_per_step = max(1.0, returned / (segment.end - segment.start))
         for k in range(segment.start, segment.end):
             self._measure_step(self.em._steps[k], emu, ref)
         return segment.end
@@ -135,10 +138,8 @@ class OrtSegments:
         node = step.node
         if node.domain not in _DOMAINS or step.emu_ctx is not em._emu_ctx:
             return False
-        if any(fmt is not None and fmt.name not in _ROUND_TO for fmt in step.rounds):
-            if any(fmt is not None and fmt.name not in _ROUND_TO and fmt.name not in _HELD_AS_IS
-                   for fmt in step.rounds):
-                return False
+        if any(fmt is not None and fmt.name not in _ROUND_TO and fmt.name not in _HELD_AS_IS for fmt in step.rounds):
+            return False
         for v in node.inputs:
             if v is not None and v.is_const:
                 fmt = em._held(v)
@@ -191,12 +192,15 @@ class OrtSegments:
     # ---- building a segment --------------------------------------------------------------------------------
 
     def _segment_end(self, i: int) -> int:
+        """Where the segment starting at step i ends: about _BUDGET bytes returned, judged from the segments so far.
+
+        A segment may at most double the last one: the first nodes (embeddings, say) can return far fewer bytes
+        per node than the blocks after them, and one oversized guess would hold the whole model's values at once.
+        """
         steps = len(self.em._steps)
-        if self._returned_steps:
-            per_step = max(1.0, self._returned_bytes / self._returned_steps)
-            size = int(min(_MAX_SEGMENT, max(_MIN_SEGMENT, _BUDGET // per_step)))
-        else:
-            size = _FIRST_SEGMENT
+        size = _FIRST_SEGMENT
+        if self._last_size:
+            size = int(min(_MAX_SEGMENT, 2 * self._last_size, max(_MIN_SEGMENT, _BUDGET // self._bytes_per_step)))
         end = i
         while end < steps and end - i < size and self.eligible[end]:
             end += 1
@@ -267,11 +271,11 @@ class OrtSegments:
                                               domain=node.domain, **attrs))
             if not shared:
                 emu_ins = [arg(v, True) for v in node.inputs]
-                raw = [f"raw::{o.name}" if fmt is not None and fmt.name in _ROUND_TO else self._name(o, True)
-                       for o, fmt in zip(node.outputs, step.rounds)]
+                raw = ["" if not o.name else f"raw::{o.name}" if fmt is not None and fmt.name in _ROUND_TO
+                       else self._name(o, True) for o, fmt in zip(node.outputs, step.rounds)]
                 nodes.append(helper.make_node(node.op_type, emu_ins, raw, domain=node.domain, **attrs))
                 for o, fmt, r in zip(node.outputs, step.rounds, raw):
-                    if fmt is not None and fmt.name in _ROUND_TO:
+                    if r and fmt is not None and fmt.name in _ROUND_TO:
                         nodes.extend(_round_trip(r, self._name(o, True), _ROUND_TO[fmt.name]))
             needed = self._measured_by_step[k]
             for o in node.outputs:
@@ -299,9 +303,14 @@ class OrtSegments:
         graph = helper.make_graph(nodes, "precaudit_segment", list(inputs.values()),
                                   [onnx.ValueInfoProto(name=name) for name, _, _ in fetch], initializers)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in self._opsets.items()])
-        model.ir_version = min(onnx.IR_VERSION, 10)
+        model.ir_version = max(8, helper.find_min_ir_version_for(model.opset_import, ignore_unknown=True))
         options = ort.SessionOptions()
         options.log_severity_level = 3
+        # one arena for every session: memory peaks at the largest segment, not at the sum of them all
+        _shared_arena(ort)
+        options.add_session_config_entry("session.use_env_allocators", "1")
+        # a session's threads spin after its run; the next segment's session would have to run beside them
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if external:  # weights are handed over in memory, not copied into the model
             options.add_external_initializers(external, values)
         session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
@@ -321,6 +330,17 @@ class OrtSegments:
                 seen[domain] = max(seen.get(domain, 0), node.opset)
         opsets.update(seen)
         return opsets
+
+
+_ARENA: list = []
+
+
+def _shared_arena(ort) -> None:
+    """Register one CPU arena with onnxruntime's environment, once per process."""
+    if not _ARENA:
+        info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+        ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
+        _ARENA.append(info)
 
 
 def _get(v: Value | None, env: dict, em: "Emulator", which: int):
