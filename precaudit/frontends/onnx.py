@@ -33,10 +33,7 @@ def load_onnx(path: str) -> Graph:
             model = onnx.inliner.inline_local_functions(model)
         except Exception as exc:  # an inliner failure should not hide the rest of the graph
             raise InputError(path, f"cannot inline model-local functions: {exc}") from exc
-    try:
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    except Exception:
-        pass  # types then come from the graph's own annotations and _fill_missing_dtypes
+    model = _infer_shapes(model)
     opsets = {imp.domain or "": imp.version for imp in model.opset_import}
     builder = _Builder(path, model_dir, opsets)
     graph = Graph(path=path, producer_name=model.producer_name)
@@ -44,6 +41,29 @@ def load_onnx(path: str) -> Graph:
     _fill_missing_dtypes(graph)
     graph.exporter = _exporter(model)
     return graph
+
+
+_WEIGHT_BYTES = 1 << 16
+
+
+def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with inferred types and shapes, or as it is when inference fails.
+
+    Shape inference copies the whole model in and out; the weights' bytes are taken out first (their dims are
+    all it reads of them: shapes it reads from data, a Reshape's target say, are small) and put back after.
+    """
+    weights = {init.name: init.raw_data for init in model.graph.initializer if len(init.raw_data) > _WEIGHT_BYTES}
+    for init in model.graph.initializer:
+        if init.name in weights:
+            init.ClearField("raw_data")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:
+        inferred = model  # types then come from the graph's own annotations and _fill_missing_dtypes
+    for init in inferred.graph.initializer:
+        if init.name in weights:
+            init.raw_data = weights[init.name]
+    return inferred
 
 
 def _exporter(model: onnx.ModelProto) -> str:
