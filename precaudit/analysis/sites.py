@@ -44,7 +44,7 @@ FACT_NAMES["traced_value"] = {"op", "value", "elements", "samples", "absmax", "m
 FACT_NAMES["traced_norm"] = FACT_NAMES["norm"] | {"rows", "min_variance", "median_variance", "zero_variance_rows",
                                                   "rows_below_eps", "rows_below_eps_fraction", "samples"}
 FACT_NAMES["traced_op"] = {"op", "input_op", "in_norm_chain", "selected_by_where", "samples", "input_max", "input_min",
-                           "input_min_abs", "zero_fraction", "negative_fraction", "ref_zero_fraction",
+                           "input_min_abs", "zero_fraction", "negative_fraction", "ref_zero_fraction", "ref_negative_fraction",
                            "output_nonfinite_fraction", *_DTYPE_FACTS}
 FACT_NAMES["traced_first_nonfinite"] = {"op", "value", "samples", "nonfinite_fraction", "ref_nonfinite_fraction",
                                         "input_absmax", "chain", "chain_length", "reaches_output", "output",

@@ -89,9 +89,21 @@ def op_sites(probes: Probes, resolver: DtypeResolver, samples: int) -> list[Site
             "selected_by_where": selected_by_where_only(node), "samples": samples,
             "input_max": s.max, "input_min": s.min, "input_min_abs": s.min_abs,
             "zero_fraction": s.zero / n, "negative_fraction": s.negative / n, "ref_zero_fraction": s.ref_zero / n,
+            "ref_negative_fraction": s.ref_negative / n,
             "output_nonfinite_fraction": s.output_nonfinite / n, **dtype_facts(dtype, resolver)}
         sites.append(Site("traced_op", node, facts))
     return sites
+
+
+_DOMAIN_OPS = {"Log", "Sqrt", "Pow"}
+
+
+def _outside_domain(node, s: ValueStats) -> bool:
+    """A Log, Sqrt or Pow whose NaN the float reference has too: its input left the op's domain (the negative
+    numbers synthesized N(0, 1) inputs hold, fed to a Log) in every dtype. That is the data's doing, not the
+    dtype's. An inf the reference has too stays: exp(100) overflows float32 as well, 0/0 after an eps stored
+    as 0.0 is the dtype's."""
+    return node.op_type in _DOMAIN_OPS and s.nonfinite <= s.ref_nan
 
 
 def first_nonfinite_site(graph: Graph, resolver: DtypeResolver, stats: dict[int, ValueStats],
@@ -106,7 +118,7 @@ def first_nonfinite_site(graph: Graph, resolver: DtypeResolver, stats: dict[int,
     outputs = {id(v): v for v in graph.outputs}
     best: tuple | None = None
     for index, node in enumerate(graph.nodes):
-        made = [v for v in node.outputs if id(v) in bad]
+        made = [v for v in node.outputs if id(v) in bad and not _outside_domain(node, stats[id(v)])]
         if not made or any(id(v) in bad for v in node.inputs if v is not None and not v.is_const):
             continue
         chain, output = _chain_to_output(made[0], bad, outputs)

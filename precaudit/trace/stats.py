@@ -31,6 +31,7 @@ class ValueStats:
     subnormal: int = 0  # lands among the subnormals
     nonfinite: int = 0  # inf or NaN in the emulated run
     ref_nonfinite: int = 0  # inf or NaN in the reference itself
+    ref_nan: int = 0  # NaN in the reference: a log or sqrt of a negative, 0/0 (the data's or the model's, any dtype)
     max_error: float = 0.0  # largest |emulated - reference| where both are finite
     noise_floor: float = 0.0  # reference values at or below this are rounding noise (see Emulator._noise_floor)
 
@@ -42,11 +43,12 @@ class ValueStats:
         """Fold in one sample's counts, as measure() gave them for this format and noise floor."""
         self.noise_floor = max(self.noise_floor, noise_floor)
         (size, ref_nonfinite, absmax, overflow, nonzero, underflow, subnormal, min_nonzero, nonfinite,
-         max_error) = sample
+         max_error, ref_nan) = sample
         self.elements += size
         if size == 0:
             return
         self.ref_nonfinite += ref_nonfinite
+        self.ref_nan += ref_nan
         self.absmax = max(self.absmax, absmax)
         self.overflow += overflow
         self.nonzero += nonzero
@@ -59,7 +61,7 @@ class ValueStats:
     def measure(self, ref: np.ndarray, emu: np.ndarray, noise_floor: float = 0.0,
                 local_floor: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple:
         """One sample's counts: (elements, ref_nonfinite, absmax, overflow, nonzero, underflow, subnormal,
-        min_nonzero, nonfinite, max_error).
+        min_nonzero, nonfinite, max_error, ref_nan).
 
         The common case costs a few passes: |ref| with its max and min, and emu - ref with its max and min.
         The finer counts run only when those bounds cannot rule them out (a finite max proves every element
@@ -71,7 +73,7 @@ class ValueStats:
         """
         size = ref.size
         if size == 0:
-            return (0, 0, 0.0, 0, 0, 0, 0, math.inf, 0, 0.0)
+            return (0, 0, 0.0, 0, 0, 0, 0, math.inf, 0, 0.0, 0)
         fmt = self.fmt
         a = np.abs(ref, out=_scratch(ref, 0))
         amax = float(a.max())
@@ -103,7 +105,7 @@ class ValueStats:
         dmax, dmin = float(diff.max()), float(diff.min())
         if not (math.isfinite(dmax) and math.isfinite(dmin)):  # the emulated run went inf/NaN somewhere
             return self._measure_exact(ref, emu, noise_floor, a, local_floor)
-        return (size, 0, amax, overflow, nonzero, underflow, subnormal, min_nonzero, 0, abs(max(dmax, -dmin)))
+        return (size, 0, amax, overflow, nonzero, underflow, subnormal, min_nonzero, 0, abs(max(dmax, -dmin)), 0)
 
     def _measure_exact(self, ref: np.ndarray, emu: np.ndarray, noise_floor: float, a: np.ndarray | None = None,
                        local_floor: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple:
@@ -113,6 +115,7 @@ class ValueStats:
             a = np.abs(ref)
         ref_finite = np.count_nonzero(np.isfinite(a)) if not np.isfinite(a.max()) else a.size
         ref_nonfinite = a.size - ref_finite
+        ref_nan = int(np.count_nonzero(np.isnan(a))) if ref_nonfinite else 0
         if ref_finite < a.size:
             a = np.where(np.isfinite(a), a, 0.0)
         absmax = float(a.max())
@@ -139,7 +142,7 @@ class ValueStats:
             both = emu_finite & np.isfinite(ref)
             diff = np.where(both, np.abs(np.where(both, emu, 0) - np.where(both, ref, 0)), 0)
         return (a.size, ref_nonfinite, absmax, overflow, nonzero, underflow, subnormal, min_nonzero, nonfinite,
-                float(diff.max()))
+                float(diff.max()), ref_nan)
 
     def fraction(self, count: int) -> float:
         return count / self.elements if self.elements else 0.0
@@ -173,6 +176,7 @@ class InputStats:
     zero: int = 0  # exactly 0.0 in the emulated run
     negative: int = 0  # below 0 in the emulated run
     ref_zero: int = 0
+    ref_negative: int = 0
     output_nonfinite: int = 0  # inf/NaN in the op's emulated output
 
     def add(self, ref: np.ndarray, emu: np.ndarray, emu_out: np.ndarray) -> None:
@@ -187,6 +191,7 @@ class InputStats:
         self.zero += int(np.count_nonzero(emu == 0))
         self.negative += int(np.count_nonzero(emu < 0))
         self.ref_zero += int(np.count_nonzero(ref == 0))
+        self.ref_negative += int(np.count_nonzero(ref < 0))
         self.output_nonfinite += emu_out.size - int(np.count_nonzero(np.isfinite(emu_out)))
 
 
