@@ -78,3 +78,48 @@ def test_onnxruntime_contrib_norm_kernels_match_onnxruntime(tmp_path):
     y, _, _, total = MS_KERNELS["SkipLayerNormalization"](ir_node, args, ctx)
     np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(total, want_sum, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("engine", ["onnxruntime", "numpy"])
+def test_quantized_weights_and_old_batchnorm_run_in_traced_mode(engine, tmp_path):
+    """A QDQ MatMul whose float16 product overflows, and a BatchNormalization-7 dividing by sqrt(0 + 1e-12)."""
+    from onnx import numpy_helper
+
+    from fixtures.onnx_builders import const
+
+    pytest.importorskip("onnxruntime") if engine == "onnxruntime" else None
+    wq = numpy_helper.from_array(np.arange(-32, 32, dtype=np.int8).reshape(8, 8), "wq")
+    nodes = [h.make_node("DequantizeLinear", ["wq", "scale"], ["w"], name="dq"),
+             h.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    qdq = save(model(nodes, [tensor("x", "fp32")], [tensor("y", "fp32")], [wq, const("scale", 1000.0)]),
+               tmp_path / "qdq.onnx")
+    np.savez(tmp_path / "x.npz", x=np.full((2, 8), 10.0, np.float32))
+    code, report = run_json([qdq], "--trace", "--trace-engine", engine, "--inputs", str(tmp_path / "x.npz"),
+                            "--select", "PA9", out_dir=tmp_path)
+    found = {(r["rule_id"], r["node_name"]): r["values"] for r in report["results"]}
+    assert set(found) == {("PA901", "mm"), ("PA906", "mm")}
+    # column 0 of the int8 weights sums to -32: 10 * 1000 * 32 in the float reference
+    assert found[("PA901", "mm")]["absmax"] == 320000.0
+
+    channels = [const(n, np.full(4, 0.0 if n == "v" else 1.0)) for n in "sbmv"]
+    bn = [h.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn", epsilon=1e-12)]
+    old = save(model(bn, [tensor("x", "fp32", (2, 4, 3))], [tensor("y", "fp32", (2, 4, 3))], channels, opset=7),
+               tmp_path / "bn7.onnx", check=False)
+    code, report = run_json([old], "--trace", "--trace-engine", engine, "--select", "PA9", out_dir=tmp_path)
+    assert report["errors"] == []
+    assert {(r["rule_id"], r["node_name"]) for r in report["results"]} == {("PA901", "bn"), ("PA906", "bn")}
+
+
+@pytest.mark.parametrize("engine", ["onnxruntime", "numpy"])
+def test_a_node_the_inputs_cannot_run_is_one_line(engine, tmp_path, capsys):
+    """A MatMul of (2, 8) by (4, 4): onnxruntime refuses it quietly, the numpy kernel names the node, exit 2."""
+    from fixtures.onnx_builders import const
+
+    pytest.importorskip("onnxruntime") if engine == "onnxruntime" else None
+    nodes = [h.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    path = save(model(nodes, [tensor("x", "fp32")], [tensor("y", "fp32")], [const("w", np.ones((4, 4)))]),
+                tmp_path / "bad.onnx", check=False)
+    assert main([str(path), "--trace", "--trace-engine", engine]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"precaudit: {path}: traced mode cannot run node 'mm' (MatMul): ValueError: matmul")
+    assert err.count("\n") == 1

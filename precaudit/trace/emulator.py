@@ -264,7 +264,14 @@ class Emulator:
 
     def _call(self, step: _Step, args: list, ctx: KernelContext) -> list:
         if step.kernel is not None:
-            return step.kernel(step.node, args, ctx)
+            try:
+                return step.kernel(step.node, args, ctx)
+            except NotImplementedError:  # a variant the kernel leaves to the reference evaluator
+                pass
+            except (ValueError, TypeError, IndexError) as exc:  # shapes or types the inputs cannot have
+                node = step.node
+                raise InputError(self.graph.path, f"traced mode cannot run node '{node.name}' ({node.op_type}): "
+                                                  f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
         return [as_float(a, ctx.float_dtype) for a in self._fallback.run(step.node, args)]
 
     def _noise_floor(self, step: _Step) -> float:

@@ -424,6 +424,36 @@ def _cumsum(node, args, ctx):
     return [np.flip(out, axis) if node.attr("reverse", 0) else out]
 
 
+def _channel(v: np.ndarray, ndim: int, axis: int) -> np.ndarray:
+    """A per-channel vector shaped to broadcast along axis of an ndim-d tensor (a scalar stays as it is)."""
+    if v.ndim == 0 or v.size == 1:
+        return v.reshape(())
+    shape = [1] * ndim
+    shape[axis % ndim] = -1
+    return v.reshape(shape)
+
+
+def _dequantize(node, args, ctx):
+    """(x - zero_point) * scale, per tensor or per axis; blocked quantization goes to the reference evaluator."""
+    if node.attr("block_size", 0):
+        raise NotImplementedError("blocked DequantizeLinear")
+    x, scale = args[0], args[1]
+    zero = args[2] if len(args) > 2 and args[2] is not None else None
+    axis = int(node.attr("axis", 1))
+    q = x.astype(ctx.float_dtype)
+    if zero is not None:
+        q = q - _channel(zero.astype(ctx.float_dtype), x.ndim, axis)
+    return [q * _channel(scale.astype(ctx.float_dtype), x.ndim, axis)]
+
+
+def _batchnorm(node, args, ctx):
+    """Inference-mode BatchNormalization (every opset): the stored running statistics, channels on axis 1."""
+    x, scale, bias, mean, var = args[:5]
+    eps = np.asarray(node.attr("epsilon", 1e-5), dtype=x.dtype)
+    c = [_channel(a, x.ndim, 1) for a in (scale, bias, mean, var)]
+    return [(x - c[2]) / np.sqrt(c[3] + eps) * c[0] + c[1]]
+
+
 # onnxruntime's contrib norms, common in fp16 models its optimizer fused; their kernels keep float32 statistics.
 MS_KERNELS: dict[str, Callable[[Node, Arrays, KernelContext], list]] = {
     "LayerNormalization": lambda node, args, ctx: _layernorm(node, args, ctx),
@@ -452,5 +482,5 @@ KERNELS: dict[str, Callable[[Node, Arrays, KernelContext], list]] = {
     "Slice": _slice, "Split": _split, "Gather": _gather, "GatherElements": _gather_elements, "Shape": _shape, "Size": lambda n, a, c: [np.array(a[0].size, np.int64)],
     "ConstantOfShape": _const_of_shape, "Expand": _expand, "Transpose": _transpose, "Concat": _concat,
     "Flatten": _flatten, "Clip": _clip, "Trilu": _trilu, "Range": _range, "Where": _where, "Dropout": _dropout,
-    "CumSum": _cumsum,
+    "CumSum": _cumsum, "DequantizeLinear": _dequantize, "BatchNormalization": _batchnorm,
 }

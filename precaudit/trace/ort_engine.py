@@ -60,6 +60,7 @@ class _Segment:
     ref_feeds: list[tuple[str, int]]  # (graph input name, value id) fed from the reference env
     emu_feeds: list[tuple[str, int]]  # the same from the emulated env
     fetch: list[tuple[str, int, bool]]  # (output name, value id, emulated?)
+    run_options: object = None  # quiet: a failed run falls back to numpy, which says what went wrong in one line
     keep: list = field(default_factory=list)  # arrays the session reads without copying
 
 
@@ -100,7 +101,7 @@ class OrtSegments:
         try:
             outs = segment.session.run([name for name, _, _ in segment.fetch],
                                        {**{n: ref[vid] for n, vid in segment.ref_feeds},
-                                        **{n: emu[vid] for n, vid in segment.emu_feeds}})
+                                        **{n: emu[vid] for n, vid in segment.emu_feeds}}, segment.run_options)
         except Exception:
             # onnxruntime refused these inputs; numpy runs the segment now and from now on (a real input error
             # is then reported by the numpy kernels, in one line)
@@ -314,7 +315,9 @@ class OrtSegments:
         if external:  # weights are handed over in memory, not copied into the model
             options.add_external_initializers(external, values)
         session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        return _Segment(start, end, session, ref_feeds, emu_feeds, fetch, keep=[consts, values])
+        run_options = ort.RunOptions()
+        run_options.log_severity_level = 4
+        return _Segment(start, end, session, ref_feeds, emu_feeds, fetch, run_options, keep=[consts, values])
 
     def _name(self, v: Value, emulated: bool) -> str:
         if not emulated or (not v.is_const and id(v) in self._shared):
