@@ -77,7 +77,7 @@ def check(
                                        help="ONNX files, or PyTorch models: model.py:factory, package.module:factory, "
                                             ".pt2 (torch.export), TorchScript .pt."),
     dtype: Optional[str] = typer.Option(None, "--dtype", "-d",
-                                        help="Target dtype: fp16 (default), bf16, fp8-e4m3, fp8-e5m2 or fp32."),
+                                        help="Target dtype: fp16 (default), bf16, fp8-e4m3, fp8-e5m2, fp32 or fp64."),
     keep_fp32: List[str] = typer.Option([], "--keep-fp32", metavar="OP_OR_NODE,...",
                                         help="Op types, node names or globs kept in float32 (your converter's block list)."),
     rules: List[str] = typer.Option([], "--rules", metavar="PATH",
