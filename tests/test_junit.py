@@ -19,7 +19,7 @@ def test_findings_are_failures_of_their_rule(tmp_path):
     code, root = _junit(tmp_path, model, "--select", "PA1")
     suite = root.find("testsuite")
     assert code == 1 and suite.get("name") == str(model)
-    assert suite.get("tests") == "7" and suite.get("failures") == "1"  # PA101-PA107 ran; PA101 failed
+    assert suite.get("tests") == "8" and suite.get("failures") == "1"  # PA101-PA108 ran; PA101 failed
     failed = [c for c in suite.iter("testcase") if c.find("failure") is not None]
     assert [c.get("name") for c in failed] == ["PA101 eps-underflow"]
     failure = failed[0].find("failure")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,7 +117,8 @@ def eps_facts(eps: float | None, dtype: ComputeDtype) -> dict[str, Any]:
     facts: dict[str, Any] = {"has_eps": eps is not None, "eps": eps, "eps_rounded": None, "eps_class": None}
     if eps is not None:
         facts["eps_rounded"] = round_to_format(eps, dtype.fmt)
-        facts["eps_class"] = classify(eps, dtype.fmt)
+        # a NaN or a negative eps is wrong in every dtype: it gets its own class, not "overflow" or "zero"
+        facts["eps_class"] = "invalid" if math.isnan(eps) or eps < 0 else classify(eps, dtype.fmt)
     return facts
 
 
