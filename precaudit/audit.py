@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .analysis.compute_dtype import DtypeResolver
 from .analysis.collect import collect_sites
@@ -17,6 +18,9 @@ from .rules.engine import apply_rules
 from .rules.loader import Rule
 from .suppress import drop_suppressed
 
+if TYPE_CHECKING:
+    from .trace import TraceRun
+
 __all__ = ["AuditResult", "audit_models", "load_graph"]
 
 
@@ -27,6 +31,7 @@ class AuditResult:
     findings: list[Finding] = field(default_factory=list)
     errors: list[InputError] = field(default_factory=list)
     models: list[str] = field(default_factory=list)  # every model audited successfully
+    traces: dict[str, "TraceRun"] = field(default_factory=dict)  # per model, with --trace: its inputs and engines
 
 
 def load_graph(path: str, torch_options: TorchOptions | None = None, target: str = "fp16") -> Graph:
@@ -42,7 +47,7 @@ def load_graph(path: str, torch_options: TorchOptions | None = None, target: str
 
 
 def _traced(path: str, graph: Graph, resolver: DtypeResolver, trace: TraceOptions,
-            torch_options: TorchOptions | None, target: Format, keep_fp32: list[str]) -> list[Site]:
+            torch_options: TorchOptions | None, target: Format, keep_fp32: list[str]) -> tuple[list[Site], "TraceRun"]:
     """Traced sites; a PyTorch model is run from its ONNX export, since the emulator runs ONNX ops."""
     from .trace import traced_sites  # numpy emulation loads only in traced mode
 
@@ -65,7 +70,8 @@ def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32:
             patterns = {rule.id: rule.pattern for rule in rules if rule.pattern is not None}
             sites = collect_sites(graph, resolver, patterns)
             if trace is not None:
-                sites += _traced(path, graph, resolver, trace, torch_options, target, keep_fp32)
+                traced, result.traces[path] = _traced(path, graph, resolver, trace, torch_options, target, keep_fp32)
+                sites += traced
             result.findings.extend(drop_suppressed(apply_rules(rules, sites, path)))
         except InputError as exc:
             result.errors.append(exc)

@@ -190,7 +190,7 @@ def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_ze
                        "rules": settings.rules, "format": settings.format, "select": settings.select,
                        "ignore": settings.ignore, "preview": settings.preview, "baseline": settings.baseline,
                        "config_file": settings.config_file}
-    return Outcome(result=AuditResult(counted, result.errors, result.models), settings=report_settings,
+    return Outcome(result=AuditResult(counted, result.errors, result.models, result.traces), settings=report_settings,
                    exit_code=code, rules=rule_set, root=repo_root(), ignored=len(result.findings) - len(kept),
                    baseline=match)
 

@@ -5,11 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
+
 from precaudit.cli import main
+
+SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "precaudit/schemas/report.schema.json").read_text())
 
 
 def run_json(models: list[Path | str], *args: str, out_dir: Path) -> tuple[int, dict]:
     """Exit code and parsed JSON report of `precaudit MODELS... ARGS -f json -o FILE`."""
     out = out_dir / "report.json"
     code = main([*map(str, models), *args, "--format", "json", "-o", str(out)])
-    return code, json.loads(out.read_text())
+    report = json.loads(out.read_text())
+    jsonschema.Draft7Validator(SCHEMA).validate(report)  # every report any test reads follows the schema
+    return code, report

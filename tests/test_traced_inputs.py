@@ -62,12 +62,25 @@ def test_synthesized_ids_stay_inside_the_embedding_table(tmp_path):
     # act = table row × 1000 (|x| ~ 1e3): its square overflows float16; 1 × 5 positions × 4 features × 3 samples
     assert finding["node_name"] == "sq" and finding["values"]["elements"] == 60 and finding["values"]["samples"] == 3
     assert code == 1
+    # the report says what the findings hold for: synthesized ids of shape (1, 5), three samples from seed 0
+    (run,) = report["trace"]
+    assert (run["model"], run["inputs"], run["seed"], run["samples"]) == (str(path), "synthesized", 0, 3)
+    assert run["shapes"] == {"ids": [1, 5]}
+    assert sum(run["nodes"].values()) == 4  # every node of the graph ran
 
 
 def test_npz_inputs_are_used_as_given(tmp_path, rms):
     code, report = run_json([rms], "--trace", "--select", "PA901", "--inputs", _npz(tmp_path, x=np.full((2, 8), 10.0)),
                             out_dir=tmp_path)
     assert (code, report["results"], report["errors"]) == (0, [], [])
+    (run,) = report["trace"]
+    assert (run["inputs"], run["seed"], run["samples"], run["shapes"]) == (str(tmp_path / "in.npz"), None, 1, {"x": [2, 8]})
+
+
+def test_text_report_says_what_the_trace_ran_on(tmp_path, rms, capsys):
+    assert main([str(rms), "--trace", "--seed", "7", "--samples", "2", "--trace-engine", "numpy"]) == 0
+    out = capsys.readouterr().out
+    assert f"traced {rms}: 2 synthesized samples (seed 7); x (2, 8); 4 nodes on numpy\n" in out
 
 
 def test_too_large_synthesized_input_is_one_line(tmp_path, capsys):

@@ -29,6 +29,8 @@ def report_document(outcome: Outcome) -> dict:
         "summary": {"models": len(result.models), "findings": len(result.findings), **counts,
                     "exit_code": outcome.exit_code},
     }
+    if result.traces:
+        doc["trace"] = [{"model": model, **asdict(run)} for model, run in result.traces.items()]
     if outcome.baseline is not None:
         match = outcome.baseline
         doc["baseline"] = {"file": match.file, "matched": match.matched, "stale": [asdict(e) for e in match.stale]}

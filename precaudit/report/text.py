@@ -36,6 +36,7 @@ def render_text(outcome: Outcome, color: bool = False) -> str:
                 lines.append(f"          why {f.values['compute_dtype']}: {f.values['compute_reason']}")
             lines.append(f"          fix: {f.fix}")
         lines.append("")
+    lines.extend(_trace_lines(result))
     lines.append(summary_line(result))
     lines.extend(_hidden_lines(outcome))
     return "\n".join(lines) + "\n"
@@ -47,7 +48,8 @@ def render_statistics(outcome: Outcome) -> str:
     rows = sorted(counts.items(), key=lambda item: (-item[1], item[0][0]))
     width = max((len(name) for (_, name, _), _ in rows), default=0)
     lines = [f"{n:>5}  {rule_id:<6} {name:<{width}}  {severity}" for (rule_id, name, severity), n in rows]
-    return "\n".join([*lines, summary_line(outcome.result), *_hidden_lines(outcome)]) + "\n"
+    return "\n".join([*lines, *_trace_lines(outcome.result), summary_line(outcome.result),
+                      *_hidden_lines(outcome)]) + "\n"
 
 
 def summary_line(result: AuditResult) -> str:
@@ -73,6 +75,11 @@ def _hidden_lines(outcome: Outcome) -> list[str]:
             lines.append(f"stale baseline entry: {e.rule_id} at {e.model} node '{e.node_name}' no longer found; "
                          f"rewrite the baseline with --write-baseline {match.file}")
     return lines
+
+
+def _trace_lines(result: AuditResult) -> list[str]:
+    """What each traced run was fed and what ran it: traced findings hold for these inputs only."""
+    return [f"traced {model}: {run.describe()}" for model, run in result.traces.items()]
 
 
 def _count(n: int, noun: str) -> str:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from ..analysis.compute_dtype import DtypeResolver
 from ..analysis.sites import Site
@@ -14,24 +17,48 @@ from .measure import attach_probes
 from .progress import progress_bar
 from .sites import first_nonfinite_site, norm_sites, op_sites, value_sites
 
-__all__ = ["traced_sites"]
+__all__ = ["traced_sites", "TraceRun"]
 
 
-def traced_sites(graph: Graph, resolver: DtypeResolver, options: TraceOptions) -> list[Site]:
+@dataclass
+class TraceRun:
+    """What a traced run fed the model and what ran it: a finding from traced mode holds only for these inputs."""
+
+    inputs: str  # the .npz as given, or "synthesized"
+    seed: int | None  # of the first synthesized sample
+    samples: int
+    shapes: dict[str, list[int]] = field(default_factory=dict)  # per graph input, in the first sample
+    engine: str = ""  # onnxruntime or numpy, as --trace-engine resolved
+    nodes: dict[str, int] = field(default_factory=dict)  # nodes each engine ran, in the last sample
+
+    def describe(self) -> str:
+        given = f"inputs from {self.inputs}" if self.seed is None else \
+            f"{self.samples} synthesized sample{'s' * (self.samples != 1)} (seed {self.seed})"
+        shapes = ", ".join(f"{name} {tuple(shape)}" for name, shape in self.shapes.items())
+        ran = ", ".join(f"{n} nodes on {engine}" for engine, n in self.nodes.items() if n)
+        return f"{given}; {shapes}; {ran or 'no nodes'}"
+
+
+def traced_sites(graph: Graph, resolver: DtypeResolver, options: TraceOptions) -> tuple[list[Site], TraceRun]:
     """Run every sample through the reference and the emulation, then one site per thing measured, in graph order."""
     emulator = Emulator(graph, resolver, engine=options.engine)
     probes = attach_probes(graph, resolver, emulator)
     # an .npz is one sample; synthesized inputs give --samples independent draws
     samples = 1 if options.inputs else max(1, options.samples)
+    run = TraceRun(options.inputs or "synthesized", None if options.inputs else options.seed, samples,
+                   engine=emulator.engine)
     update, close = progress_bar(Path(graph.path).name, samples) if options.progress else (None, lambda: None)
     try:
         for i in range(samples):
             feeds = load_inputs(graph, options.inputs, options.dims) if options.inputs \
                 else synthesize_inputs(graph, options.dims, options.seed + i)
+            if i == 0:
+                run.shapes = {name: list(np.shape(array)) for name, array in feeds.items()}
             emulator.run(feeds, update)
     finally:
         close()
     sites = [*value_sites(graph, resolver, emulator.stats, samples), *norm_sites(probes, samples),
              *op_sites(probes, resolver, samples), *first_nonfinite_site(graph, resolver, emulator.stats, samples)]
     order = {id(node): i for i, node in enumerate(graph.nodes)}
-    return sorted(sites, key=lambda s: order[id(s.node)])
+    run.nodes = dict(emulator.ran_on)
+    return sorted(sites, key=lambda s: order[id(s.node)]), run
