@@ -62,8 +62,11 @@ def test_onnxruntime_runs_every_node_and_measures_what_numpy_measures(name, expo
         assert (got.elements, got.overflow, got.nonfinite, got.ref_nonfinite) == \
                (want.elements, want.overflow, want.nonfinite, want.ref_nonfinite)
         assert got.absmax == pytest.approx(want.absmax, rel=1e-4, abs=1e-6)
-        # two emulations differ by where their float32 sums round: errors of the same size, not the same bits
+        # two emulations differ by where their float32 sums round: errors of the same size, not the same bits;
+        # and no smaller: a rounding Cast that onnxruntime optimized away would leave float32's tiny error
         assert got.max_error <= 4 * want.max_error + 1e-3 * want.absmax + 1e-7
+        if want.max_error > 1e-5 * want.absmax:
+            assert got.max_error >= want.max_error / 4
         assert abs(got.underflow - want.underflow) <= max(2, 0.01 * want.elements)
 
 
