@@ -28,6 +28,16 @@ def test_export(case, exporter, dtype, export_dir, tmp_path):
     code, report = run_json([model], "--dtype", "fp16", out_dir=tmp_path)
     assert report["errors"] == []
     assert Counter(r["rule_id"] for r in report["results"]) == case.expect(exporter, dtype)
+    if dtype == "fp16" and pytest.importorskip("onnxruntime"):
+        # traced mode runs every exported graph on onnxruntime, node for node, and finds what the numpy kernels find
+        traced = {}
+        for engine in ("onnxruntime", "numpy"):
+            _, report = run_json([model], "--trace", "--trace-engine", engine, "--select", "PA9", out_dir=tmp_path)
+            assert report["errors"] == []
+            traced[engine] = sorted((r["rule_id"], r["node_name"]) for r in report["results"])
+            if engine == "onnxruntime":
+                assert report["trace"][0]["nodes"]["numpy"] == 0
+        assert traced["onnxruntime"] == traced["numpy"]
 
 
 ALL = CASES + HF_CASES
