@@ -54,6 +54,9 @@ class Node:
     source_file: str | None = None
     source_line: int | None = None
     subgraph_path: str = ""  # "If_3/then_branch" for nodes inside a control-flow body
+    # If/Loop/Scan bodies as the ONNX file holds them (their nodes are also in Graph.nodes, with a subgraph_path):
+    # traced mode hands them to onnxruntime whole
+    bodies: dict[str, Any] = field(default_factory=dict)
 
     def input(self, i: int) -> Value | None:
         return self.inputs[i] if i < len(self.inputs) else None

@@ -39,15 +39,16 @@ def test_an_op_without_a_numpy_kernel_runs_through_the_reference_evaluator(tmp_p
     assert [(r["node_name"], r["values"]["absmax"]) for r in report["results"]] == [("sq", 9e6)]
 
 
-def test_control_flow_is_refused_with_one_line(tmp_path, capsys):
+def test_control_flow_on_the_numpy_engine_is_refused_with_one_line(tmp_path, capsys):
     then = h.make_graph([h.make_node("Identity", ["x"], ["t"])], "then", [], [tensor("t", "fp32")])
     other = h.make_graph([h.make_node("Neg", ["x"], ["e"])], "else", [], [tensor("e", "fp32")])
     nodes = [h.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other)]
     m = model(nodes, [tensor("x", "fp32"), h.make_tensor_value_info("c", T.BOOL, [])], [tensor("y", "fp32")])
     path = save(m, tmp_path / "if.onnx")
-    assert main([str(path), "--trace"]) == 2
+    assert main([str(path), "--trace", "--trace-engine", "numpy"]) == 2
     err = capsys.readouterr().err
-    assert err == f"precaudit: {path}: traced mode cannot run control flow yet: node 'branch' (If); audit it without --trace\n"
+    assert err == (f"precaudit: {path}: traced mode runs control flow on onnxruntime only: node 'branch' (If); "
+                   "pip install 'precaudit[trace]' and use --trace-engine auto, or audit it without --trace\n")
 
 
 def test_onnxruntime_contrib_norm_kernels_match_onnxruntime(tmp_path):

@@ -172,6 +172,7 @@ class _Builder:
         node = Node(name=subgraph_path + name, op_type=np_.op_type, domain=np_.domain or "", attrs=attrs,
                     opset=self.opsets.get(np_.domain or ""), subgraph_path=subgraph_path)
         _attach_source(node, np_)
+        node.bodies = {a.name: a.g for a in np_.attribute if a.type == onnx.AttributeProto.GRAPH}
         for iname in np_.input:
             if not iname:
                 node.inputs.append(None)

@@ -127,6 +127,32 @@ def as_reference(array: np.ndarray) -> np.ndarray:
     return array if array.dtype == np.float64 else as_float(array, REFERENCE)
 
 
+def implicit_inputs(node: Node, graph: Graph) -> list[Value]:
+    """The values from outside that a control-flow node's bodies read by name (outer-scope references)."""
+    defined: set[str] = set()
+    for body in node.bodies.values():
+        defined |= _defined_names(body)
+    prefix = f"{node.name}/"
+    found: dict[int, Value] = {}
+    for inner in graph.nodes:
+        if inner.subgraph_path.startswith(prefix):
+            for v in inner.inputs:
+                if v is not None and v.name not in defined:
+                    found.setdefault(id(v), v)
+    return list(found.values())
+
+
+def _defined_names(body) -> set[str]:
+    """Every name a body (and the bodies nested in it) defines: its inputs, initializers and node outputs."""
+    names = {v.name for v in body.input} | {t.name for t in body.initializer}
+    for proto in body.node:
+        names.update(proto.output)
+        for attr in proto.attribute:
+            if attr.HasField("g"):
+                names |= _defined_names(attr.g)
+    return names
+
+
 def _local_floor(step: "_Step", ref_args: list) -> Callable[[np.ndarray], np.ndarray] | None:
     """An elementwise sum or difference, per element: noise only where it is small against its own inputs.
 
@@ -154,6 +180,7 @@ class _Step:
     rounds: list[Format | None]  # the format each output is rounded into; None where it already holds it
     frees: list[int] = field(default_factory=list)
     hooks: list[Hook] = field(default_factory=list)
+    implicit: list[Value] = field(default_factory=list)  # outer values an If/Loop/Scan body reads by name
     # the value whose numbers this node only rearranges (a Reshape, a Transpose): its output's counts are
     # the input's, so a sample measured once is merged twice
     rearranges: int | None = None
@@ -306,15 +333,14 @@ class Emulator:
 
     def _plan(self) -> list[_Step]:
         """Kernels, output formats and last uses, worked out once for every sample."""
-        nodes = [n for n in self.graph.nodes if not all(o.is_const for o in n.outputs) or not n.outputs]
-        for node in nodes:
-            if node.subgraph_path or node.op_type in ("If", "Loop", "Scan"):
-                raise InputError(self.graph.path, f"traced mode cannot run control flow yet: node '{node.name}' "
-                                                  f"({node.op_type}); audit it without --trace")
+        # nodes inside If/Loop/Scan bodies run with their control-flow node, which reads what they read outside
+        nodes = [n for n in self.graph.nodes
+                 if not n.subgraph_path and (not all(o.is_const for o in n.outputs) or not n.outputs)]
+        implicit = {id(n): implicit_inputs(n, self.graph) for n in nodes if n.bodies}
         kept = {id(v) for v in self.graph.outputs}
         last: dict[int, int] = {}
         for i, node in enumerate(nodes):
-            for v in node.inputs:
+            for v in [*node.inputs, *implicit.get(id(node), [])]:
                 if v is not None and not v.is_const:
                     last[id(v)] = i
         steps = []
@@ -323,7 +349,9 @@ class Emulator:
                       else MS_KERNELS.get(node.op_type) if node.domain == "com.microsoft" else None)
             outputs = [(id(v), self._held(v)) for v in node.outputs]
             step = _Step(node, kernel, list(node.inputs), outputs, self._stat_ctx(node), self._rounds(node, outputs))
-            frees = [id(v) for v in node.inputs if v is not None and last.get(id(v)) == i and id(v) not in kept]
+            step.implicit = implicit.get(id(node), [])
+            reads = [*node.inputs, *step.implicit]
+            frees = [id(v) for v in reads if v is not None and last.get(id(v)) == i and id(v) not in kept]
             # an output nobody reads is measured, then dropped at once
             frees += [vid for vid, _ in outputs if vid not in last and vid not in kept]
             step.frees = list(dict.fromkeys(frees))

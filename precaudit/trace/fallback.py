@@ -23,8 +23,9 @@ class ReferenceFallback:
 
     def run(self, node: Node, args: list) -> list:
         if node.op_type in _CONTROL_FLOW or node.subgraph_path:
-            raise InputError(self.graph.path, f"traced mode cannot run control flow yet: node '{node.name}' "
-                                              f"({node.op_type}); audit it without --trace")
+            raise InputError(self.graph.path, f"traced mode runs control flow on onnxruntime only: node "
+                                              f"'{node.name}' ({node.op_type}); pip install 'precaudit[trace]' "
+                                              f"and use --trace-engine auto, or audit it without --trace")
         key = (id(node), tuple(None if a is None else (a.dtype.str, a.ndim) for a in args))
         evaluator = self._evaluators.get(key)
         if evaluator is None:

@@ -78,7 +78,7 @@ class OrtSegments:
         # the last step that reads each value; a value read after its segment ends must be returned
         self._last_read: dict[int, int] = {}
         for i, step in enumerate(steps):
-            for v in step.inputs:
+            for v in [*step.inputs, *step.implicit]:
                 if v is not None and not v.is_const:
                     self._last_read[id(v)] = i
         self._outputs = {id(v) for v in emulator.graph.outputs}
@@ -155,7 +155,7 @@ class OrtSegments:
         for step in em._steps:
             node = step.node
             floats_out = any(fmt is not None for _, fmt in step.outputs)
-            if floats_out or node.domain not in _DOMAINS:
+            if floats_out or node.domain not in _DOMAINS or node.bodies:  # a body may read floats by name
                 continue
             if node.op_type in _SHAPE_ONLY or all(v is None or self._is_shared(v, shared) for v in node.inputs):
                 shared.update(vid for vid, _ in step.outputs)
@@ -268,10 +268,13 @@ class OrtSegments:
             if em.reference or shared:  # without a reference (a benchmark of the emulation alone) only shared nodes
                 # (a shape read off a float value reads the emulated one when there is no reference)
                 ref_ins = [arg(v, not em.reference) for v in node.inputs]
+                bodies = self._bodies(node, {v.name: arg(v, False) for v in step.implicit}, emulated=False)
                 nodes.append(helper.make_node(node.op_type, ref_ins, [o.name for o in node.outputs],
-                                              domain=node.domain, **attrs))
+                                              domain=node.domain, **attrs, **bodies))
             if not shared:
                 emu_ins = [arg(v, True) for v in node.inputs]
+                bodies = self._bodies(node, {v.name: arg(v, True) for v in step.implicit}, emulated=True)
+                attrs = {**attrs, **bodies}
                 raw = ["" if not o.name else f"raw::{o.name}" if fmt is not None and fmt.name in _ROUND_TO
                        else self._name(o, True) for o, fmt in zip(node.outputs, step.rounds)]
                 nodes.append(helper.make_node(node.op_type, emu_ins, raw, domain=node.domain, **attrs))
@@ -318,6 +321,64 @@ class OrtSegments:
         run_options = ort.RunOptions()
         run_options.log_severity_level = 4
         return _Segment(start, end, session, ref_feeds, emu_feeds, fetch, run_options, keep=[consts, values])
+
+    # ---- control-flow bodies ------------------------------------------------------------------------------
+
+    def _bodies(self, node: Node, outer: dict[str, str], emulated: bool) -> dict[str, onnx.GraphProto]:
+        """A node's If/Loop/Scan bodies for one of the runs: float32 types; emulated, also renamed and rounded.
+
+        outer maps each outer name a body reads to the name that value has in the segment for this run.
+        """
+        return {key: self._body(body, f"{node.name}/{key}/", outer, emulated) for key, body in node.bodies.items()}
+
+    def _body(self, body: onnx.GraphProto, path: str, outer: dict[str, str], emulated: bool) -> onnx.GraphProto:
+        em = self.em
+        inner = [n for n in em.graph.nodes if n.subgraph_path == path]  # the IR's copy, node for node
+        if len(inner) != len(body.node):
+            raise ValueError(f"body {path}: the IR holds {len(inner)} nodes, the file {len(body.node)}")
+        mine = {v.name for v in body.input} | {t.name for t in body.initializer} | {o for n in body.node for o in n.output}
+
+        def name(n: str) -> str:
+            if not n:
+                return n
+            if n in mine:
+                return f"emu::{n}" if emulated else n
+            return outer.get(n, n)
+
+        nested_outer = {**outer, **{n: name(n) for n in mine}}
+        out = onnx.GraphProto(name=body.name)
+        for source, target in ((body.input, out.input), (body.output, out.output)):
+            for vi in source:
+                widened = target.add()
+                widened.CopyFrom(vi)
+                widened.name = name(vi.name)
+                if widened.type.tensor_type.elem_type in _NARROW:
+                    widened.type.tensor_type.elem_type = TensorProto.FLOAT
+        consts = {v.name: v for n in inner for v in n.inputs if v is not None and v.is_const}
+        for t in body.initializer:
+            array = _reference_array(numpy_helper.to_array(t))
+            if emulated and t.name in consts:
+                from .emulator import round_into  # (the emulator imports this module)
+
+                array = np.asarray(round_into(array, em._held(consts[t.name])))
+            out.initializer.append(numpy_helper.from_array(array, name(t.name)))
+        for proto, node in zip(body.node, inner):
+            attrs = _float32_attrs(node)
+            attrs.update(self._bodies(node, nested_outer, emulated) if node.bodies else {})
+            outputs = [name(o) for o in proto.output]
+            rounded = []
+            for k, o in enumerate(node.outputs):
+                fmt = em._held(o) if emulated and o.name else None
+                if fmt is not None and fmt.name in _ROUND_TO:
+                    rounded.append((f"raw::{outputs[k]}", outputs[k], _ROUND_TO[fmt.name]))
+                    outputs[k] = f"raw::{outputs[k]}"
+                elif fmt is not None and fmt.name not in _HELD_AS_IS:
+                    raise ValueError(f"{node.name}: {fmt.name} is emulated on numpy only")
+            out.node.append(helper.make_node(proto.op_type, [name(i) for i in proto.input], outputs,
+                                             domain=proto.domain, **attrs))
+            for source, target, narrow in rounded:
+                out.node.extend(_round_trip(source, target, narrow))
+        return out
 
     def _name(self, v: Value, emulated: bool) -> str:
         if not emulated or (not v.is_const and id(v) in self._shared):

@@ -1,0 +1,102 @@
+"""If and Loop in traced mode (onnxruntime engine): their bodies are emulated too, rounded node by node.
+
+Values inside a body are not measured one by one; the control-flow node's outputs are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+pytest.importorskip("onnxruntime")
+
+from fixtures.onnx_builders import const, model, save, tensor  # noqa: E402
+from precaudit.trace import ort_engine  # noqa: E402
+from tests.helpers import run_json  # noqa: E402
+
+
+def _if_model(tmp_path):
+    """If sum(x) > 0: (x * big * 1000) / 1000, which overflows inside the branch in float16 only; else -x.
+
+    The branch reads `big` and `xin` (made by the first node) from the outer graph by name. Without rounding
+    inside the body the overflow would vanish again by the division.
+    """
+    then = h.make_graph([h.make_node("Mul", ["xin", "big"], ["act"], name="act"),
+                         h.make_node("Mul", ["act", "thousand"], ["up"], name="up"),
+                         h.make_node("Div", ["up", "thousand"], ["t"], name="down")],
+                        "then", [], [tensor("t", "fp32")])
+    other = h.make_graph([h.make_node("Neg", ["x"], ["e"], name="neg")], "else", [], [tensor("e", "fp32")])
+    # xin only rearranges x1's numbers, so its numbers are not fetched for a measurement: only the body reads it
+    nodes = [h.make_node("Mul", ["x", "one"], ["x1"], name="copy"),
+             h.make_node("Reshape", ["x1", "shape"], ["xin"], name="reshape"),
+             h.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+             h.make_node("Greater", ["s", "zero"], ["c"], name="positive"),
+             h.make_node("If", ["c"], ["y0"], name="branch", then_branch=then, else_branch=other),
+             h.make_node("Add", ["y0", "one"], ["y"], name="out")]
+    consts = [const("big", 300.0), const("thousand", 1000.0), const("zero", 0.0), const("one", 1.0),
+              onnx.numpy_helper.from_array(np.array([2, 8], np.int64), "shape")]
+    return save(model(nodes, [tensor("x", "fp32")], [tensor("y", "fp32")], consts), tmp_path / "if.onnx")
+
+
+def _loop_model(tmp_path):
+    """h = x * 100, then three times h = (h * 1000) / 1000 * 4: the carried value overflows inside the body."""
+    body = h.make_graph([h.make_node("Mul", ["h_in", "thousand"], ["up"], name="up"),
+                         h.make_node("Div", ["up", "thousand"], ["down"], name="down"),
+                         h.make_node("Mul", ["down", "four"], ["h_out"], name="times4"),
+                         h.make_node("Identity", ["cond_in"], ["cond_out"], name="keep")],
+                        "body", [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond_in", T.BOOL, []),
+                                 tensor("h_in", "fp32")],
+                        [h.make_tensor_value_info("cond_out", T.BOOL, []), tensor("h_out", "fp32")])
+    nodes = [h.make_node("Mul", ["x", "hundred"], ["h0"], name="start"),
+             h.make_node("Loop", ["n", "true", "h0"], ["h"], name="loop", body=body),
+             h.make_node("Add", ["h", "one"], ["y"], name="out")]
+    consts = [const("hundred", 100.0), const("thousand", 1000.0), const("four", 4.0), const("one", 1.0),
+              onnx.numpy_helper.from_array(np.array(3, np.int64), "n"), onnx.numpy_helper.from_array(np.array(True), "true")]
+    return save(model(nodes, [tensor("x", "fp32")], [tensor("y", "fp32")], consts), tmp_path / "loop.onnx")
+
+
+def _trace(tmp_path, path, x, *args):
+    np.savez(tmp_path / "x.npz", x=np.asarray(x, np.float32))
+    code, report = run_json([path], "--trace", "--inputs", str(tmp_path / "x.npz"), "--select", "PA9", *args,
+                            out_dir=tmp_path)
+    assert report["errors"] == []
+    assert report["trace"][0]["nodes"]["numpy"] == 0
+    return code, {(r["rule_id"], r["node_name"]): r["values"] for r in report["results"]}
+
+
+def test_an_overflow_inside_an_if_branch_is_found(tmp_path):
+    code, found = _trace(tmp_path, _if_model(tmp_path), np.ones((2, 8)))
+    assert code == 1 and set(found) == {("PA906", "branch")}
+    assert found[("PA906", "branch")]["nonfinite_fraction"] == 1.0
+    assert found[("PA906", "branch")]["ref_nonfinite_fraction"] == 0.0  # float32 keeps 3e5, divides it back
+
+
+def test_the_other_branch_is_clean(tmp_path):
+    assert _trace(tmp_path, _if_model(tmp_path), -np.ones((2, 8))) == (0, {})
+
+
+def test_the_same_branch_with_small_inputs_is_clean(tmp_path):
+    assert _trace(tmp_path, _if_model(tmp_path), np.full((2, 8), 0.1)) == (0, {})
+
+
+def test_an_overflow_inside_a_loop_body_is_found(tmp_path):
+    # 100 * 1000 = 1e5 > 65504 already in the first iteration, inside the body
+    code, found = _trace(tmp_path, _loop_model(tmp_path), np.ones((2, 8)))
+    assert code == 1 and set(found) == {("PA906", "loop")}
+
+
+def test_a_loop_that_stays_in_range_is_clean(tmp_path):
+    # h = 0.1, 0.4, 1.6, 6.4: the largest value inside the body is 1.6 * 1000
+    assert _trace(tmp_path, _loop_model(tmp_path), np.full((2, 8), 0.001)) == (0, {})
+
+
+def test_a_body_reads_a_value_made_in_an_earlier_segment(tmp_path, monkeypatch):
+    """One node per segment: `xin` comes out of the first session and goes into the If's, read only by its body."""
+    monkeypatch.setattr(ort_engine, "_FIRST_SEGMENT", 1)
+    monkeypatch.setattr(ort_engine, "_MIN_SEGMENT", 1)
+    monkeypatch.setattr(ort_engine, "_BUDGET", 1)
+    code, found = _trace(tmp_path, _if_model(tmp_path), np.ones((2, 8)))
+    assert set(found) == {("PA906", "branch")}
