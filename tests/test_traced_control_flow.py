@@ -100,3 +100,19 @@ def test_a_body_reads_a_value_made_in_an_earlier_segment(tmp_path, monkeypatch):
     monkeypatch.setattr(ort_engine, "_BUDGET", 1)
     code, found = _trace(tmp_path, _if_model(tmp_path), np.ones((2, 8)))
     assert set(found) == {("PA906", "branch")}
+
+
+def test_a_running_sum_in_a_scan_overflows(tmp_path):
+    """Scan over 8 rows of 10000: the running sum passes 65504 at the seventh row, in the body's Add."""
+    body = h.make_graph([h.make_node("Add", ["acc_in", "row"], ["acc_out"], name="accumulate"),
+                         h.make_node("Identity", ["acc_out"], ["seen"], name="emit")],
+                        "body", [tensor("acc_in", "fp32", (4,)), tensor("row", "fp32", (4,))],
+                        [tensor("acc_out", "fp32", (4,)), tensor("seen", "fp32", (4,))])
+    nodes = [h.make_node("Scan", ["zeros", "x"], ["total", "partial"], name="scan", body=body, num_scan_inputs=1),
+             h.make_node("Add", ["total", "zeros"], ["y"], name="out")]
+    path = save(model(nodes, [tensor("x", "fp32", (8, 4))], [tensor("y", "fp32", (4,)), tensor("partial", "fp32", (8, 4))],
+                      [const("zeros", np.zeros(4))], opset=17), tmp_path / "scan.onnx")
+    code, found = _trace(tmp_path, path, np.full((8, 4), 10000.0))
+    assert set(found) == {("PA901", "scan"), ("PA906", "scan")}
+    assert found[("PA901", "scan")]["absmax"] == 80000.0
+    assert _trace(tmp_path, path, np.full((8, 4), 1000.0)) == (0, {})
