@@ -112,21 +112,25 @@ def test_unknown_trace_engine_is_one_line(tmp_path, capsys):
     assert capsys.readouterr().err == ("precaudit: --trace-engine 'gpu': choose auto, onnxruntime or numpy\n")
 
 
-def test_a_segment_onnxruntime_refuses_runs_on_numpy(tmp_path, monkeypatch, small_segments):
-    """Whatever onnxruntime cannot build (an op it lacks, a type it rejects) falls back node by node, same findings."""
+def test_a_node_onnxruntime_refuses_runs_on_numpy_alone(tmp_path, monkeypatch, small_segments):
+    """Whatever onnxruntime cannot build (an op it lacks, a type it rejects) falls back for that node only."""
     built = ort_engine.OrtSegments._build_range
+    tried = []
 
-    def refuse_the_first(self, start, end, emu, ref):
-        if start == 0:
+    def refuse_node_3(self, start, end, emu, ref):
+        tried.append((start, end))
+        if start <= 3 < end:
             raise RuntimeError("onnxruntime: not implemented")
         return built(self, start, end, emu, ref)
 
-    monkeypatch.setattr(ort_engine.OrtSegments, "_build_range", refuse_the_first)
+    monkeypatch.setattr(ort_engine.OrtSegments, "_build_range", refuse_node_3)
     case = next(c for c in HF_CASES if c.name == "hf_bert")
     graph = load_onnx(str(export(case, "ts14", "fp32", tmp_path)))
     feeds = synthesize_inputs(graph, {}, seed=0)
     mixed = _run(graph, "fp16", "onnxruntime", feeds)
-    assert mixed.ran_on["numpy"] == 7 and mixed.ran_on["onnxruntime"] == len(mixed._steps) - 7  # the first segment
+    # 0-7 is refused and halved: 0-3 runs; from 3 on, halved until node 3 stands alone and falls back to numpy
+    assert tried[:6] == [(0, 7), (0, 3), (3, 8), (3, 5), (3, 4), (4, 9)]
+    assert mixed.ran_on == {"onnxruntime": len(mixed._steps) - 1, "numpy": 1}
     slow = _run(graph, "fp16", "numpy", feeds)
     for vid, want in slow.stats.items():
         assert mixed.stats[vid].absmax == pytest.approx(want.absmax, rel=1e-4, abs=1e-6)

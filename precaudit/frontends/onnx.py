@@ -34,7 +34,7 @@ def load_onnx(path: str) -> Graph:
         except Exception as exc:  # an inliner failure should not hide the rest of the graph
             raise InputError(path, f"cannot inline model-local functions: {exc}") from exc
     model = _infer_shapes(model)
-    opsets = {imp.domain or "": imp.version for imp in model.opset_import}
+    opsets = {"" if imp.domain in ("", "ai.onnx") else imp.domain: imp.version for imp in model.opset_import}
     builder = _Builder(path, model_dir, opsets)
     graph = Graph(path=path, producer_name=model.producer_name)
     builder.build(model.graph, graph, scope={}, subgraph_path="")
@@ -106,7 +106,7 @@ class _Builder:
 
     def build(self, gp: onnx.GraphProto, graph: Graph, scope: dict[str, Value], subgraph_path: str) -> None:
         scope = dict(scope)  # a body sees the outer scope, not the other way round
-        for vi in [*gp.input, *gp.output, *gp.value_info]:
+        for vi in [*gp.value_info, *gp.output, *gp.input]:  # an input's own declaration wins
             self.types[vi.name] = vi.type
         for init in gp.initializer:
             scope[init.name] = self._initializer_value(init)
@@ -170,7 +170,7 @@ class _Builder:
         attrs = {a.name: _attr_value(a) for a in np_.attribute if a.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
         name = _printable(np_.name or f"{np_.op_type}_{np_.output[0] if np_.output else ''}")
         node = Node(name=subgraph_path + name, op_type=np_.op_type, domain=np_.domain or "", attrs=attrs,
-                    opset=self.opsets.get(np_.domain or ""), subgraph_path=subgraph_path)
+                    opset=self.opsets.get("" if np_.domain in ("", "ai.onnx") else np_.domain), subgraph_path=subgraph_path)
         _attach_source(node, np_)
         node.bodies = {a.name: a.g for a in np_.attribute if a.type == onnx.AttributeProto.GRAPH}
         for iname in np_.input:

@@ -186,6 +186,9 @@ class _Step:
     rearranges: int | None = None
 
 
+_SEQUENCE_OPS = {"SplitToSequence", "ConcatFromSequence", "SequenceConstruct", "SequenceAt", "SequenceInsert",
+                 "SequenceErase", "SequenceLength", "SequenceEmpty", "SequenceMap"}
+
 # Ops whose single output holds exactly the numbers of their first input, rearranged.
 _REARRANGES = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Flatten"}
 
@@ -222,7 +225,9 @@ class Emulator:
         for value in self.graph.inputs:
             emu[id(value)] = round_into(as_float(feeds[value.name], np.float32), self._input_fmt[id(value)])
             if self.reference or self._input_fmt[id(value)] is None:  # integer inputs feed both runs alike
-                ref[id(value)] = as_reference(feeds[value.name])
+                array = feeds[value.name]
+                # the reference computes in float32 unless the graph itself takes doubles here
+                ref[id(value)] = as_reference(array) if value.dtype == "fp64" else as_float(array, REFERENCE)
         self._samples = {}
         total = len(self._steps)
         for step in self._steps:  # hooks attached after construction
@@ -274,6 +279,11 @@ class Emulator:
             known = self._samples.get(step.rearranges) if step.rearranges is not None else None
             if r is None and known is None:
                 continue
+            if known is None and e is not None and np.shape(e) != np.shape(r):
+                raise InputError(self.graph.path, f"traced mode: node '{step.node.name}' ({step.node.op_type}) gives "
+                                                  f"shape {np.shape(r)} in the float reference and {np.shape(e)} "
+                                                  f"in {fmt.long_name}: the emulated run took another path (a "
+                                                  f"shape computed from data, as NonZero does)")
             stats = self.stats.get(vid)
             if stats is None:
                 stats = self.stats[vid] = ValueStats(fmt)
@@ -347,7 +357,11 @@ class Emulator:
         for i, node in enumerate(nodes):
             kernel = (KERNELS.get(node.op_type) if node.domain in ("", "ai.onnx")
                       else MS_KERNELS.get(node.op_type) if node.domain == "com.microsoft" else None)
-            outputs = [(id(v), self._held(v)) for v in node.outputs]
+            if node.op_type in _SEQUENCE_OPS:
+                raise InputError(self.graph.path, f"traced mode does not run sequence ops yet: node '{node.name}' "
+                                                  f"({node.op_type}); audit it without --trace")
+            # an omitted optional output (no name) holds nothing to measure
+            outputs = [(id(v), self._held(v) if v.name else None) for v in node.outputs]
             step = _Step(node, kernel, list(node.inputs), outputs, self._stat_ctx(node), self._rounds(node, outputs))
             step.implicit = implicit.get(id(node), [])
             reads = [*node.inputs, *step.implicit]

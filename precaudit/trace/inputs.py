@@ -125,8 +125,9 @@ def _checked(value: Value, array: np.ndarray, path: str) -> np.ndarray:
     is_float = value.dtype in _FLOAT
     if is_float and array.dtype.kind not in "fiu" or not is_float and array.dtype.kind not in "iub":
         raise InputError(path, f"input '{value.name}': array of {array.dtype} where the model expects {value.dtype}")
-    if is_float:
-        return array.astype(_NP_FLOAT.get(value.dtype, np.float32)) if array.dtype.kind != "f" else array
+    if is_float:  # numpy.savez writes float64 by default: the model's input dtype is what it runs on
+        want = _NP_FLOAT.get(value.dtype)
+        return array.astype(want) if want is not None else array.astype(np.float32) if array.dtype.kind != "f" else array
     return array.astype(np.dtype(value.dtype)) if value.dtype and value.dtype != "bool" else array
 
 

@@ -129,9 +129,10 @@ def _layernorm(node, args, ctx):
     centred = r(x - mean)
     var = r(np.mean(r(centred * centred), axis=axes, keepdims=True))
     eps = r(np.asarray(node.attr("epsilon", 1e-5), dtype=x.dtype))
+    inv_std = r(1.0 / r(np.sqrt(r(var + eps))))
     y = centred / r(np.sqrt(r(var + eps)))
     y = y * scale
-    return [y + bias if bias is not None else y]
+    return [y + bias if bias is not None else y, mean, inv_std]  # Mean and InvStdDev: optional outputs
 
 
 def _rmsnorm(node, args, ctx):
@@ -410,6 +411,11 @@ def _softplus(x):
     return np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))
 
 
+def _mod(node, args, ctx):
+    """fmod=1: the sign of the dividend (C's fmod, required for floats); fmod=0: the sign of the divisor."""
+    return [(np.fmod if node.attr("fmod", 0) else np.mod)(args[0], args[1])]
+
+
 def _einsum(node, args, ctx):
     return [np.einsum(node.attr("equation"), *args)]
 
@@ -464,7 +470,7 @@ MS_KERNELS: dict[str, Callable[[Node, Arrays, KernelContext], list]] = {
 
 KERNELS: dict[str, Callable[[Node, Arrays, KernelContext], list]] = {
     "Add": _binary(np.add), "Sub": _binary(np.subtract), "Mul": _binary(np.multiply), "Div": _div,
-    "Pow": _pow, "Mod": _binary(np.fmod), "Equal": _binary(np.equal), "Less": _binary(np.less),
+    "Pow": _pow, "Mod": _mod, "Equal": _binary(np.equal), "Less": _binary(np.less),
     "LessOrEqual": _binary(np.less_equal), "Greater": _binary(np.greater), "GreaterOrEqual": _binary(np.greater_equal),
     "And": _binary(np.logical_and), "Or": _binary(np.logical_or), "Xor": _binary(np.logical_xor),
     "Not": _unary(np.logical_not), "Neg": _unary(np.negative), "Abs": _unary(np.abs), "Sqrt": _unary(np.sqrt),

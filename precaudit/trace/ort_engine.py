@@ -36,8 +36,6 @@ _NARROW = {TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN, 
            TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ}
 _DOMAINS = {"": "", "ai.onnx": "", "com.microsoft": "com.microsoft"}
 _DEFAULT_OPSET = {"": 17, "com.microsoft": 1}
-# Ops whose output depends only on their input's shape: one copy serves both runs.
-_SHAPE_ONLY = {"Shape", "Size"}
 _EMBED_BYTES = 64 * 2 ** 10
 _BUDGET = 256 * 2 ** 20  # bytes a segment may return, reference and emulation together
 _FIRST_SEGMENT = 32  # nodes, before any size is known
@@ -99,9 +97,10 @@ class OrtSegments:
         if segment is None:
             return None
         try:
+            # (np.asarray: a numpy kernel may have given a numpy scalar, which onnxruntime does not take)
             outs = segment.session.run([name for name, _, _ in segment.fetch],
-                                       {**{n: ref[vid] for n, vid in segment.ref_feeds},
-                                        **{n: emu[vid] for n, vid in segment.emu_feeds}}, segment.run_options)
+                                       {**{n: np.asarray(ref.get(vid, emu.get(vid))) for n, vid in segment.ref_feeds},
+                                        **{n: np.asarray(emu[vid]) for n, vid in segment.emu_feeds}}, segment.run_options)
         except Exception:
             # onnxruntime refused these inputs; numpy runs the segment now and from now on (a real input error
             # is then reported by the numpy kernels, in one line)
@@ -157,7 +156,8 @@ class OrtSegments:
             floats_out = any(fmt is not None for _, fmt in step.outputs)
             if floats_out or node.domain not in _DOMAINS or node.bodies:  # a body may read floats by name
                 continue
-            if node.op_type in _SHAPE_ONLY or all(v is None or self._is_shared(v, shared) for v in node.inputs):
+            # a Shape is shared only when its input is: a shape computed from data (NonZero, Compress) can differ
+            if all(v is None or self._is_shared(v, shared) for v in node.inputs):
                 shared.update(vid for vid, _ in step.outputs)
         return shared
 
@@ -201,7 +201,7 @@ class OrtSegments:
         steps = len(self.em._steps)
         size = _FIRST_SEGMENT
         if self._last_size:
-            size = int(min(_MAX_SEGMENT, 2 * self._last_size, max(_MIN_SEGMENT, _BUDGET // self._bytes_per_step)))
+            size = int(min(_MAX_SEGMENT, max(_MIN_SEGMENT, min(2 * self._last_size, _BUDGET // self._bytes_per_step))))
         end = i
         while end < steps and end - i < size and self.eligible[end]:
             end += 1
@@ -209,14 +209,18 @@ class OrtSegments:
 
     def _build(self, i: int, emu: dict, ref: dict) -> _Segment | None:
         end = self._segment_end(i)
-        try:
-            return self._build_range(i, end, emu, ref)
-        except InputError:
-            raise
-        except Exception:
-            for k in range(i, end):  # onnxruntime refused a node in here: these run on numpy
-                self.eligible[k] = False
-            return None
+        while True:
+            try:
+                return self._build_range(i, end, emu, ref)
+            except InputError:
+                raise
+            except Exception:
+                # onnxruntime refused a node in here: halve the stretch until the node it refuses stands alone,
+                # which then runs on numpy (one refused node must not send a whole segment there)
+                if end - i <= 1:
+                    self.eligible[i] = False
+                    return None
+                end = i + (end - i) // 2
 
     def _build_range(self, start: int, end: int, emu: dict, ref: dict) -> _Segment:
         import onnxruntime as ort
@@ -234,7 +238,8 @@ class OrtSegments:
         def feed(v: Value, emulated: bool) -> str:
             name = self._name(v, emulated)
             if name not in inputs:
-                array = (emu if emulated else ref)[id(v)]
+                # a shared value made on numpy without a reference run is in the emulated env only
+                array = np.asarray(emu[id(v)] if emulated else ref.get(id(v), emu.get(id(v))))
                 inputs[name] = helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(array.dtype),
                                                              None)
                 (emu_feeds if emulated else ref_feeds).append((name, id(v)))
