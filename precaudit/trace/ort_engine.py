@@ -9,7 +9,11 @@ overflow; only its Cast rounds, and it rounds float16 and bfloat16 exactly as ml
 A segment is a run of consecutive nodes. Its session returns every value the measurements read, so it holds
 them all at once; segments are sized from the bytes the previous ones returned, so memory stays near a fixed
 budget whatever the model. Nodes onnxruntime cannot emulate faithfully (fp8, statistics rounded inside a
-fused norm, unknown domains), and segments onnxruntime refuses, run on the numpy kernels instead.
+fused norm, unknown domains), and nodes onnxruntime refuses, run on the numpy kernels instead.
+
+If/Loop/Scan bodies go into the session too, rewritten the same way for the emulated copy (every name they
+define gets the emu:: prefix, every float output inside is rounded); the outer values a body reads by name
+are fed to the session like any other input.
 """
 
 from __future__ import annotations
@@ -145,7 +149,7 @@ class OrtSegments:
                 fmt = em._held(v)
                 if fmt is not None and fmt.name not in _ROUND_TO and fmt.name not in _HELD_AS_IS:
                     return False
-        return all(not isinstance(a, onnx.GraphProto) for a in node.attrs.values())
+        return True
 
     def _shared_values(self) -> set[int]:
         """Values both runs hold alike: integer inputs and what integer-only nodes make of them (shape arithmetic)."""
