@@ -7,7 +7,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-__all__ = ["Value", "Node", "Graph"]
+__all__ = ["Value", "Node", "Graph", "implicit_inputs", "body_nodes"]
 
 
 @dataclass(eq=False)
@@ -20,6 +20,8 @@ class Value:
     producer: "Node | None" = None
     consumers: list["Node"] = field(default_factory=list)
     is_graph_input: bool = False
+    # the If/Loop/Scan node whose body defines this value (its input, initializer or node output); None at top level
+    parent: "Node | None" = field(default=None, repr=False)
     # A loader for constant data (initializer, Constant node); called only when a rule needs the value.
     const_loader: Callable[[], np.ndarray] | None = None
     const_origin: str | None = None  # "initializer 'w'", "Constant node 'c'", "initializer 'w' (external data)"
@@ -57,6 +59,8 @@ class Node:
     # If/Loop/Scan bodies as the ONNX file holds them (their nodes are also in Graph.nodes, with a subgraph_path):
     # traced mode hands them to onnxruntime whole
     bodies: dict[str, Any] = field(default_factory=dict)
+    body_nodes: dict[str, list["Node"]] = field(default_factory=dict, repr=False)  # per body, its own nodes in order
+    parent: "Node | None" = field(default=None, repr=False)  # the control-flow node whose body holds this node
 
     def input(self, i: int) -> Value | None:
         return self.inputs[i] if i < len(self.inputs) else None
@@ -83,3 +87,36 @@ class Graph:
 
     def by_op(self, *op_types: str) -> list[Node]:
         return [n for n in self.nodes if n.op_type in op_types]
+
+
+def implicit_inputs(node: Node) -> list[Value]:
+    """The values from outside that a control-flow node's bodies read by name (outer-scope references).
+
+    Decided by which value a name resolves to, not by the name: a sibling body may define the same name.
+    """
+    found: dict[int, Value] = {}
+    for inner in body_nodes(node):
+        for v in inner.inputs:
+            if v is not None and not _inside(v, node):
+                found.setdefault(id(v), v)
+    return list(found.values())
+
+
+def body_nodes(node: Node) -> list[Node]:
+    """Every node in a control-flow node's bodies, nested bodies included."""
+    out = []
+    for nodes in node.body_nodes.values():
+        for inner in nodes:
+            out.append(inner)
+            out.extend(body_nodes(inner))
+    return out
+
+
+def _inside(value: Value, node: Node) -> bool:
+    """Whether a body of node (or a body nested in one) defines value."""
+    parent = value.parent
+    while parent is not None:
+        if parent is node:
+            return True
+        parent = parent.parent
+    return False

@@ -14,6 +14,8 @@ from onnx import helper as h
 pytest.importorskip("onnxruntime")
 
 from fixtures.onnx_builders import const, model, save, tensor  # noqa: E402
+from precaudit.frontends.onnx import load_onnx  # noqa: E402
+from precaudit.ir import implicit_inputs  # noqa: E402
 from precaudit.trace import ort_engine  # noqa: E402
 from tests.helpers import run_json  # noqa: E402
 
@@ -116,3 +118,92 @@ def test_a_running_sum_in_a_scan_overflows(tmp_path):
     assert set(found) == {("PA901", "scan"), ("PA906", "scan")}
     assert found[("PA901", "scan")]["absmax"] == 80000.0
     assert _trace(tmp_path, path, np.full((8, 4), 1000.0)) == (0, {})
+
+
+def _cond(value: bool) -> dict:
+    return {"c": np.array(value)}
+
+
+def _run_feeds(tmp_path, path, engine="onnxruntime", **feeds):
+    np.savez(tmp_path / "in.npz", **feeds)
+    return run_json([path], "--trace", "--trace-engine", engine, "--inputs", str(tmp_path / "in.npz"),
+                    "--select", "PA9", out_dir=tmp_path)
+
+
+def test_an_if_inside_a_float32_island_stays_float32(tmp_path):
+    """fp16 model: Cast up, If(x32 * x32), divide back, Cast down. 300² = 9e4 never leaves float32."""
+    then = h.make_graph([h.make_node("Mul", ["x32", "x32"], ["t"], name="sq")], "then", [], [tensor("t", "fp32")])
+    other = h.make_graph([h.make_node("Identity", ["x32"], ["e"], name="id")], "else", [], [tensor("e", "fp32")])
+    nodes = [h.make_node("Cast", ["x"], ["x32"], name="up", to=T.FLOAT),
+             h.make_node("If", ["c"], ["y32"], name="branch", then_branch=then, else_branch=other),
+             h.make_node("Div", ["y32", "x32"], ["d"], name="div"),
+             h.make_node("Cast", ["d"], ["y"], name="down", to=T.FLOAT16)]
+    path = save(model(nodes, [tensor("x", "fp16"), h.make_tensor_value_info("c", T.BOOL, [])], [tensor("y", "fp16")]),
+                tmp_path / "island.onnx")
+    code, report = _run_feeds(tmp_path, path, x=np.full((2, 8), 300, np.float16), **_cond(True))
+    assert (code, report["errors"], report["results"]) == (0, [], [])
+
+
+def test_a_branch_reads_the_outer_value_a_sibling_branch_shadows(tmp_path):
+    """a = x * 7000 is inf in float16 for x = 10. The then-branch has its own initializer named a; the else-branch
+    reads the outer a by name, so the If's output (a / 10) is inf too, and the overflow starts at mk_a."""
+    then = h.make_graph([h.make_node("Mul", ["x", "a"], ["t"], name="m")], "then", [], [tensor("t", "fp32")],
+                        [const("a", np.ones((2, 8)))])
+    other = h.make_graph([h.make_node("Div", ["a", "ten"], ["e"], name="n")], "else", [], [tensor("e", "fp32")])
+    nodes = [h.make_node("Mul", ["x", "big"], ["a"], name="mk_a"),
+             h.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other)]
+    path = save(model(nodes, [tensor("x", "fp32"), h.make_tensor_value_info("c", T.BOOL, [])], [tensor("y", "fp32")],
+                      [const("big", 7000.0), const("ten", 10.0)]), tmp_path / "shadow.onnx")
+    graph = load_onnx(str(path))
+    branch = next(n for n in graph.nodes if n.op_type == "If")
+    assert sorted(v.name for v in implicit_inputs(branch)) == ["a", "ten", "x"]
+    code, report = _run_feeds(tmp_path, path, x=np.full((2, 8), 10.0, np.float32), **_cond(False))
+    found = {(r["rule_id"], r["node_name"]): r["values"] for r in report["results"]}
+    assert set(found) == {("PA901", "mk_a"), ("PA906", "mk_a")}
+    assert found[("PA901", "mk_a")]["absmax"] == 70000.0
+    # the chain goes on through the If that reads a by name, to the graph output
+    assert found[("PA906", "mk_a")]["chain"] == "mk_a → branch → graph output 'y'"
+
+
+def test_two_control_flow_nodes_may_share_a_name(tmp_path):
+    def branches(tag):
+        return (h.make_graph([h.make_node("Mul", ["x", "two"], [f"t{tag}"], name="m")], "then", [],
+                             [tensor(f"t{tag}", "fp32")]),
+                h.make_graph([h.make_node("Neg", ["x"], [f"e{tag}"], name="n")], "else", [], [tensor(f"e{tag}", "fp32")]))
+    (t1, e1), (t2, e2) = branches(1), branches(2)
+    nodes = [h.make_node("If", ["c"], ["y1"], name="If", then_branch=t1, else_branch=e1),
+             h.make_node("If", ["c"], ["y2"], name="If", then_branch=t2, else_branch=e2),
+             h.make_node("Add", ["y1", "y2"], ["y"], name="add")]
+    path = save(model(nodes, [tensor("x", "fp32"), h.make_tensor_value_info("c", T.BOOL, [])], [tensor("y", "fp32")],
+                      [const("two", 2.0)]), tmp_path / "dup.onnx")
+    code, report = _run_feeds(tmp_path, path, x=np.full((2, 8), 20000.0, np.float32), **_cond(True))
+    assert report["errors"] == [] and report["trace"][0]["nodes"] == {"onnxruntime": 3, "numpy": 0}
+    # 2 * 20000 fits float16; their sum, 80000, does not
+    assert {(r["rule_id"], r["node_name"]) for r in report["results"]} == {("PA901", "add"), ("PA906", "add")}
+
+
+@pytest.mark.parametrize("target,why", [
+    ("fp8-e4m3", "node 'branch' rounds into fp8-e4m3, which runs on numpy only"),
+])
+def test_control_flow_onnxruntime_cannot_emulate_says_why(tmp_path, capsys, target, why):
+    from precaudit.cli import main
+
+    path = _if_model(tmp_path)
+    assert main([str(path), "--trace", "--dtype", target]) == 2
+    assert capsys.readouterr().err == (f"precaudit: {path}: traced mode cannot run node 'branch' (If) on onnxruntime: "
+                                       f"{why}\n")
+
+
+def test_a_body_node_with_float16_statistics_says_why(tmp_path, capsys):
+    from precaudit.cli import main
+
+    then = h.make_graph([h.make_node("LayerNormalization", ["x", "g"], ["t"], name="ln", stash_type=T.FLOAT16)],
+                        "then", [], [tensor("t", "fp32")])
+    other = h.make_graph([h.make_node("Neg", ["x"], ["e"], name="n")], "else", [], [tensor("e", "fp32")])
+    nodes = [h.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other)]
+    path = save(model(nodes, [tensor("x", "fp32"), h.make_tensor_value_info("c", T.BOOL, [])], [tensor("y", "fp32")],
+                      [const("g", np.ones(8))]), tmp_path / "stash.onnx")
+    assert main([str(path), "--trace"]) == 2
+    assert capsys.readouterr().err == (
+        f"precaudit: {path}: traced mode cannot run node 'branch' (If) on onnxruntime: inside its body, node "
+        "'branch/then_branch/ln' rounds its statistics into its stash_type, which runs on numpy only\n")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from ..dtypes import FORMATS, Format, format_of_onnx_type
-from ..ir import Graph, Node, Value
+from ..ir import Graph, Node, Value, implicit_inputs
 from .constants import is_constant
 
 __all__ = ["ComputeDtype", "DtypeResolver"]
@@ -103,7 +103,9 @@ class DtypeResolver:
             elif self.kept_by(node) is not None:
                 origin = None  # a converter casts a kept node's outputs back to the target dtype
             else:
-                origin = next((self._cast_origin[id(v)] for v in node.inputs
+                # an If's data comes into its branches by name, not as inputs: those values count too
+                reads = [*node.inputs, *implicit_inputs(node)] if node.bodies else node.inputs
+                origin = next((self._cast_origin[id(v)] for v in reads
                                if v is not None and id(v) in self._cast_origin and not is_constant(v)), None)
             if origin is not None:
                 for out in node.outputs:

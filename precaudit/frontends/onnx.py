@@ -104,27 +104,41 @@ class _Builder:
         self.opsets = opsets
         self.types: dict[str, onnx.TypeProto] = {}
 
-    def build(self, gp: onnx.GraphProto, graph: Graph, scope: dict[str, Value], subgraph_path: str) -> None:
+    def build(self, gp: onnx.GraphProto, graph: Graph, scope: dict[str, Value], subgraph_path: str,
+              parent: Node | None = None) -> list[Node]:
+        """Add gp's nodes (and their bodies' nodes) to graph; gp's own nodes, in order."""
         scope = dict(scope)  # a body sees the outer scope, not the other way round
         for vi in [*gp.value_info, *gp.output, *gp.input]:  # an input's own declaration wins
             self.types[vi.name] = vi.type
         for init in gp.initializer:
             scope[init.name] = self._initializer_value(init)
+            scope[init.name].parent = parent
         for vi in gp.input:
-            if vi.name not in scope:
+            # a body's input shadows an outer value of the same name; at top level an initializer may stand for it
+            if subgraph_path or vi.name not in scope:
                 value = self._value(vi.name)
                 value.is_graph_input = not subgraph_path
+                value.parent = parent
                 scope[vi.name] = value
                 if not subgraph_path:
                     graph.inputs.append(value)
+        own = []
         for np_ in gp.node:
             node = self._node(np_, scope, subgraph_path)
+            node.parent = parent
+            for out in node.outputs:
+                out.parent = parent
             graph.nodes.append(node)
+            own.append(node)
             for attr in np_.attribute:
                 for body in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                    self.build(body, graph, scope, f"{node.name}/{attr.name}/")  # node.name holds the path
+                    # node.name holds the path
+                    inner = self.build(body, graph, scope, f"{node.name}/{attr.name}/", parent=node)
+                    if attr.type == onnx.AttributeProto.GRAPH:
+                        node.body_nodes[attr.name] = inner
         if not subgraph_path:
             graph.outputs = [scope[o.name] for o in gp.output if o.name in scope]
+        return own
 
     def _value(self, name: str) -> Value:
         value = Value(name=name)

@@ -16,7 +16,7 @@ import numpy as np
 from ..analysis.compute_dtype import DtypeResolver
 from ..dtypes import FORMATS, Format
 from ..errors import InputError
-from ..ir import Graph, Node, Value
+from ..ir import Graph, Node, Value, implicit_inputs
 from .fallback import ReferenceFallback, as_float
 from .kernels import KERNELS, MS_KERNELS, KernelContext
 from .ort_engine import OrtSegments, onnxruntime_available
@@ -125,32 +125,6 @@ _NOISE = 1e-5
 def as_reference(array: np.ndarray) -> np.ndarray:
     """An array as the reference holds it: float32, or float64 where the graph computes in double."""
     return array if array.dtype == np.float64 else as_float(array, REFERENCE)
-
-
-def implicit_inputs(node: Node, graph: Graph) -> list[Value]:
-    """The values from outside that a control-flow node's bodies read by name (outer-scope references)."""
-    defined: set[str] = set()
-    for body in node.bodies.values():
-        defined |= _defined_names(body)
-    prefix = f"{node.name}/"
-    found: dict[int, Value] = {}
-    for inner in graph.nodes:
-        if inner.subgraph_path.startswith(prefix):
-            for v in inner.inputs:
-                if v is not None and v.name not in defined:
-                    found.setdefault(id(v), v)
-    return list(found.values())
-
-
-def _defined_names(body) -> set[str]:
-    """Every name a body (and the bodies nested in it) defines: its inputs, initializers and node outputs."""
-    names = {v.name for v in body.input} | {t.name for t in body.initializer}
-    for proto in body.node:
-        names.update(proto.output)
-        for attr in proto.attribute:
-            if attr.HasField("g"):
-                names |= _defined_names(attr.g)
-    return names
 
 
 def _local_floor(step: "_Step", ref_args: list) -> Callable[[np.ndarray], np.ndarray] | None:
@@ -283,7 +257,8 @@ class Emulator:
                 raise InputError(self.graph.path, f"traced mode: node '{step.node.name}' ({step.node.op_type}) gives "
                                                   f"shape {np.shape(r)} in the float reference and {np.shape(e)} "
                                                   f"in {fmt.long_name}: the emulated run took another path (a "
-                                                  f"shape computed from data, as NonZero does)")
+                                                  f"shape or a loop count computed from data, as NonZero or a Loop "
+                                                  f"condition do)")
             stats = self.stats.get(vid)
             if stats is None:
                 stats = self.stats[vid] = ValueStats(fmt)
@@ -309,6 +284,10 @@ class Emulator:
                 node = step.node
                 raise InputError(self.graph.path, f"traced mode cannot run node '{node.name}' ({node.op_type}): "
                                                   f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+        refusal = self._ort.refusals.get(id(step.node)) if self._ort is not None and step.node.bodies else None
+        if refusal is not None:  # control flow runs on onnxruntime only: say why it did not
+            raise InputError(self.graph.path, f"traced mode cannot run node '{step.node.name}' "
+                                              f"({step.node.op_type}) on onnxruntime: {refusal}")
         return [as_float(a, ctx.float_dtype) for a in self._fallback.run(step.node, args)]
 
     def _noise_floor(self, step: _Step) -> float:
@@ -346,7 +325,7 @@ class Emulator:
         # nodes inside If/Loop/Scan bodies run with their control-flow node, which reads what they read outside
         nodes = [n for n in self.graph.nodes
                  if not n.subgraph_path and (not all(o.is_const for o in n.outputs) or not n.outputs)]
-        implicit = {id(n): implicit_inputs(n, self.graph) for n in nodes if n.bodies}
+        implicit = {id(n): implicit_inputs(n) for n in nodes if n.bodies}
         kept = {id(v) for v in self.graph.outputs}
         last: dict[int, int] = {}
         for i, node in enumerate(nodes):

@@ -72,6 +72,7 @@ class OrtSegments:
     def __init__(self, emulator: "Emulator"):
         self.em = emulator
         steps = emulator._steps
+        self.refusals: dict[int, str] = {}  # node id -> why onnxruntime does not run it (said if numpy cannot either)
         self.eligible = [self._eligible(s) for s in steps]
         self._segments: dict[int, _Segment | None] = {}
         self._bytes_per_step = 1.0  # returned by the last segment run, reference and emulation together
@@ -105,12 +106,13 @@ class OrtSegments:
             outs = segment.session.run([name for name, _, _ in segment.fetch],
                                        {**{n: np.asarray(ref.get(vid, emu.get(vid))) for n, vid in segment.ref_feeds},
                                         **{n: np.asarray(emu[vid]) for n, vid in segment.emu_feeds}}, segment.run_options)
-        except Exception:
+        except Exception as exc:
             # onnxruntime refused these inputs; numpy runs the segment now and from now on (a real input error
             # is then reported by the numpy kernels, in one line)
             self._segments[i] = None
             for k in range(segment.start, segment.end):
                 self.eligible[k] = False
+                self.refusals.setdefault(id(self.em._steps[k].node), f"onnxruntime: {_first_line(exc)}")
             return None
         returned = 0
         for (_, vid, emulated), array in zip(segment.fetch, outs):
@@ -138,18 +140,24 @@ class OrtSegments:
     # ---- which steps, which values -------------------------------------------------------------------------
 
     def _eligible(self, step: "_Step") -> bool:
+        reason = self._refusal(step.node, step.rounds, step.emu_ctx)
+        if reason is not None:
+            self.refusals[id(step.node)] = reason
+        return reason is None
+
+    def _refusal(self, node: Node, rounds: list, emu_ctx) -> str | None:
+        """Why this node cannot be emulated faithfully on onnxruntime; None when it can."""
         em = self.em
-        node = step.node
-        if node.domain not in _DOMAINS or step.emu_ctx is not em._emu_ctx:
-            return False
-        if any(fmt is not None and fmt.name not in _ROUND_TO and fmt.name not in _HELD_AS_IS for fmt in step.rounds):
-            return False
-        for v in node.inputs:
-            if v is not None and v.is_const:
-                fmt = em._held(v)
-                if fmt is not None and fmt.name not in _ROUND_TO and fmt.name not in _HELD_AS_IS:
-                    return False
-        return True
+        if node.domain not in _DOMAINS:
+            return f"node '{node.name}' is in domain '{node.domain}', which onnxruntime does not run"
+        if emu_ctx is not em._emu_ctx:
+            return f"node '{node.name}' rounds its statistics into its stash_type, which runs on numpy only"
+        formats = [fmt for fmt in rounds if fmt is not None]
+        formats += [em._held(v) for v in node.inputs if v is not None and v.is_const and em._held(v) is not None]
+        narrow = next((fmt for fmt in formats if fmt.name not in _ROUND_TO and fmt.name not in _HELD_AS_IS), None)
+        if narrow is not None:
+            return f"node '{node.name}' rounds into {narrow.name}, which runs on numpy only"
+        return None
 
     def _shared_values(self) -> set[int]:
         """Values both runs hold alike: integer inputs and what integer-only nodes make of them (shape arithmetic)."""
@@ -218,11 +226,12 @@ class OrtSegments:
                 return self._build_range(i, end, emu, ref)
             except InputError:
                 raise
-            except Exception:
+            except Exception as exc:
                 # onnxruntime refused a node in here: halve the stretch until the node it refuses stands alone,
                 # which then runs on numpy (one refused node must not send a whole segment there)
                 if end - i <= 1:
                     self.eligible[i] = False
+                    self.refusals[id(self.em._steps[i].node)] = _first_line(exc)
                     return None
                 end = i + (end - i) // 2
 
@@ -338,13 +347,12 @@ class OrtSegments:
 
         outer maps each outer name a body reads to the name that value has in the segment for this run.
         """
-        return {key: self._body(body, f"{node.name}/{key}/", outer, emulated) for key, body in node.bodies.items()}
+        return {key: self._body(body, node.body_nodes.get(key, []), outer, emulated) for key, body in node.bodies.items()}
 
-    def _body(self, body: onnx.GraphProto, path: str, outer: dict[str, str], emulated: bool) -> onnx.GraphProto:
+    def _body(self, body: onnx.GraphProto, node_list: list[Node], outer: dict[str, str],
+              emulated: bool) -> onnx.GraphProto:
         em = self.em
-        inner = [n for n in em.graph.nodes if n.subgraph_path == path]  # the IR's copy, node for node
-        if len(inner) != len(body.node):
-            raise ValueError(f"body {path}: the IR holds {len(inner)} nodes, the file {len(body.node)}")
+        inner = node_list  # the IR's copy of the body, node for node
         mine = {v.name for v in body.input} | {t.name for t in body.initializer} | {o for n in body.node for o in n.output}
 
         def name(n: str) -> str:
@@ -352,7 +360,9 @@ class OrtSegments:
                 return n
             if n in mine:
                 return f"emu::{n}" if emulated else n
-            return outer.get(n, n)
+            if n not in outer:
+                raise ValueError(f"a body reads '{n}', which precaudit cannot place in the graph")
+            return outer[n]
 
         nested_outer = {**outer, **{n: name(n) for n in mine}}
         out = onnx.GraphProto(name=body.name)
@@ -371,7 +381,14 @@ class OrtSegments:
 
                 array = np.asarray(round_into(array, em._held(consts[t.name])))
             out.initializer.append(numpy_helper.from_array(array, name(t.name)))
+        if len(inner) != len(body.node):
+            raise ValueError(f"a body of {len(body.node)} nodes has {len(inner)} in precaudit's graph")
         for proto, node in zip(body.node, inner):
+            if emulated:
+                outputs_fmt = [em._held(o) if o.name else None for o in node.outputs]
+                reason = self._refusal(node, outputs_fmt, em._stat_ctx(node))
+                if reason is not None:
+                    raise ValueError(f"inside its body, {reason}")
             attrs = _float32_attrs(node)
             attrs.update(self._bodies(node, nested_outer, emulated) if node.bodies else {})
             outputs = [name(o) for o in proto.output]
@@ -381,8 +398,6 @@ class OrtSegments:
                 if fmt is not None and fmt.name in _ROUND_TO:
                     rounded.append((f"raw::{outputs[k]}", outputs[k], _ROUND_TO[fmt.name]))
                     outputs[k] = f"raw::{outputs[k]}"
-                elif fmt is not None and fmt.name not in _HELD_AS_IS:
-                    raise ValueError(f"{node.name}: {fmt.name} is emulated on numpy only")
             out.node.append(helper.make_node(proto.op_type, [name(i) for i in proto.input], outputs,
                                              domain=proto.domain, **attrs))
             for source, target, narrow in rounded:
@@ -414,6 +429,11 @@ def _shared_arena(ort) -> None:
         info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
         ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
         _ARENA.append(info)
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 def _get(v: Value | None, env: dict, em: "Emulator", which: int):

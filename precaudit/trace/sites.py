@@ -12,7 +12,7 @@ from ..analysis.compute_dtype import ComputeDtype, DtypeResolver
 from ..analysis.sites import Site, feeding_op, selected_by_where_only, dtype_facts
 from ..analysis.constants import is_constant
 from ..dtypes import Format
-from ..ir import Graph, Node, Value
+from ..ir import Graph, Node, Value, implicit_inputs
 from .measure import Probes
 from .stats import ValueStats
 
@@ -119,7 +119,8 @@ def first_nonfinite_site(graph: Graph, resolver: DtypeResolver, stats: dict[int,
     best: tuple | None = None
     for index, node in enumerate(graph.nodes):
         made = [v for v in node.outputs if id(v) in bad and not _outside_domain(node, stats[id(v)])]
-        if not made or any(id(v) in bad for v in node.inputs if v is not None and not v.is_const):
+        reads = [*node.inputs, *implicit_inputs(node)] if node.bodies else node.inputs  # bodies read by name too
+        if not made or any(id(v) in bad for v in reads if v is not None and not v.is_const):
             continue
         chain, output = _chain_to_output(made[0], bad, outputs)
         rank = (output is None, index)
@@ -151,6 +152,8 @@ def _chain_to_output(start: Value, bad: set[int], outputs: dict[int, Value]) -> 
         if id(value) in outputs:
             return path, value
         for user in value.consumers:
+            while user.parent is not None:  # read inside an If/Loop/Scan body: it flows on through that node
+                user = user.parent
             for out in user.outputs:
                 if id(out) in bad and id(out) not in seen:
                     seen.add(id(out))
