@@ -27,13 +27,17 @@ class DtypeResolver:
 
     A tensor stored in float32 runs in the target dtype (what an fp16 converter does), unless it lies
     downstream of an explicit Cast to float32 (an intended fp32 island) or comes out of a node the user
-    keeps in float32. Tensors stored in another float type (an fp16 model, a Cast to double) keep it.
+    keeps in float32. Tensors stored in another float type (an fp16 model, a Cast to double) keep it. A
+    model whose inputs or outputs are already stored in the target's narrow format has been converted: it
+    runs as written, so its float32 tensors (an fp32 constant inside an fp32 island) stay float32.
     """
 
     def __init__(self, graph: Graph, target: Format, keep_fp32: list[str] | tuple[str, ...] = ()):
         self.graph = graph
         self.target = target
         self.keep_fp32 = list(keep_fp32)
+        self.converted = target.name not in ("fp32", "fp64") and graph.converted_to is None and any(
+            v.dtype == target.name for v in [*graph.inputs, *graph.outputs])
         self._cast_origin: dict[int, tuple[str, str]] = {}  # id(value) -> (Cast node name, dtype it cast to)
         self._propagate_casts()
 
@@ -61,6 +65,8 @@ class DtypeResolver:
         if cast is not None and cast_to == "fp32":
             # an explicit upcast marks an intended float32 island (HF RMSNorm, T5 LayerNorm)
             return ComputeDtype(FORMATS["fp32"], f"after Cast to float32 at node '{cast}'")
+        if self.converted:
+            return ComputeDtype(FORMATS["fp32"], f"stored in float32 in a model stored in {self.target.long_name}")
         return ComputeDtype(self.target, f"--dtype {self.target.name}: float32 tensors run as {self.target.long_name}")
 
     def of_node(self, node: Node) -> ComputeDtype | None:
