@@ -138,3 +138,20 @@ def test_an_input_keeps_its_shape_when_an_output_of_the_same_name_has_none(tmp_p
     graph = load_onnx(str(save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), tmp_path / "m.onnx",
                                check=False)))
     assert graph.inputs[0].shape == (2, 8)
+
+
+def test_a_norm_whose_input_only_rearranges_another_value(tmp_path, engine):
+    """Transpose → LayerNormalization (ConvNeXt's channels-last norm): the norm's row variances are measured
+    from the Transpose's output, whose own numbers are its input's; a constant row with eps 0 is 0/0."""
+    nodes = [h.make_node("Mul", ["x", "k"], ["a"], name="scale"),
+             h.make_node("Transpose", ["a"], ["t"], name="to_last", perm=[1, 0]),
+             h.make_node("LayerNormalization", ["t", "g"], ["y"], name="ln", epsilon=0.0)]
+    m = model(nodes, [tensor("x", "fp32", (8, 2))], [tensor("y", "fp32", (2, 8))], [const("k", 1.0), const("g", np.ones(8))])
+    path = save(m, tmp_path / "ln.onnx")
+    x = np.random.default_rng(0).standard_normal((8, 2)).astype(np.float32)
+    x[:, 0] = 3.0  # after the Transpose, row 0 is constant
+    code, report = run_json([path], "--trace", "--trace-engine", engine, "--select", "PA902",
+                            "--inputs", _npz(tmp_path, x=x), out_dir=tmp_path)
+    assert report["errors"] == []
+    assert [(r["node_name"], r["values"]["zero_variance_rows"], r["values"]["rows"]) for r in report["results"]] == \
+        [("ln", 1, 2)]

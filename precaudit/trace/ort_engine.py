@@ -85,7 +85,9 @@ class OrtSegments:
                 if v is not None and not v.is_const:
                     self._last_read[id(v)] = i
         self._outputs = {id(v) for v in emulator.graph.outputs}
-        self._measured_by_step = self._measured_values()
+        # every value some measurement reads: its producer's segment must return it (a hooked LayerNorm's input
+        # may come from a Transpose, whose own numbers are not measured)
+        self._measured = set().union(*self._measured_values()) if steps else set()
         self._opsets = self._opset_imports()
 
     # ---- running -------------------------------------------------------------------------------------------
@@ -299,13 +301,12 @@ class OrtSegments:
                 for o, fmt, r in zip(node.outputs, step.rounds, raw):
                     if r and fmt is not None and fmt.name in _ROUND_TO:
                         nodes.extend(_round_trip(r, self._name(o, True), _ROUND_TO[fmt.name]))
-            needed = self._measured_by_step[k]
             for o in node.outputs:
                 vid = id(o)
                 if not o.name:
                     continue
                 later = self._last_read.get(vid, -1) >= end or vid in self._outputs
-                if later or (vid in needed and em.reference):
+                if later or (vid in self._measured and em.reference):
                     if em.reference or vid in self._shared:
                         fetch.append((o.name, vid, False))
                     if vid not in self._shared:
