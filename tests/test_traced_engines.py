@@ -154,3 +154,50 @@ def test_omitted_optional_outputs_in_one_segment(tmp_path):
     assert fast.ran_on == {"onnxruntime": 3, "numpy": 0}
     for vid, want in slow.stats.items():
         assert fast.stats[vid].absmax == pytest.approx(want.absmax, rel=1e-5)
+
+
+def _vision(kind: str):
+    import transformers as tf
+
+    if kind == "vit":
+        return tf.ViTModel(tf.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                        intermediate_size=64, image_size=32, patch_size=8))
+    if kind == "resnet":
+        return tf.ResNetModel(tf.ResNetConfig(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1]))
+    return tf.ConvNextModel(tf.ConvNextConfig(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2))
+
+
+@pytest.mark.parametrize("kind", ["vit", "resnet", "convnext"])
+@pytest.mark.parametrize("half", [False, True], ids=["fp32", "fp16"])
+def test_vision_models_trace_alike_on_both_engines(kind, half, tmp_path):
+    """Conv, BatchNorm, and ConvNeXt's LayerNorm after a permute: every node on onnxruntime, same findings."""
+    import contextlib
+    import io
+    import warnings
+
+    pytest.importorskip("transformers")
+
+    class Pixels(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, pixel_values):
+            return self.model(pixel_values=pixel_values, return_dict=False)[0]
+
+    torch.manual_seed(0)
+    module, pixels = Pixels(_vision(kind)).eval(), torch.randn(1, 3, 32, 32)
+    if half:
+        module, pixels = module.half(), pixels.half()
+    path = tmp_path / f"{kind}.onnx"
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (pixels,), str(path), dynamo=False, opset_version=17, input_names=["pixel_values"])
+    found = {}
+    for engine in ("onnxruntime", "numpy"):
+        _, report = run_json([path], "--trace", "--trace-engine", engine, "--select", "PA9", out_dir=tmp_path)
+        assert report["errors"] == []
+        found[engine] = sorted((r["rule_id"], r["node_name"]) for r in report["results"])
+        if engine == "onnxruntime":
+            assert report["trace"][0]["nodes"]["numpy"] == 0
+    assert found["onnxruntime"] == found["numpy"]
