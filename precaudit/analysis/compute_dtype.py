@@ -28,16 +28,15 @@ class DtypeResolver:
     A tensor stored in float32 runs in the target dtype (what an fp16 converter does), unless it lies
     downstream of an explicit Cast to float32 (an intended fp32 island) or comes out of a node the user
     keeps in float32. Tensors stored in another float type (an fp16 model, a Cast to double) keep it. A
-    model whose inputs or outputs are already stored in the target's narrow format has been converted: it
-    runs as written, so its float32 tensors (an fp32 constant inside an fp32 island) stay float32.
+    model already converted to the target's narrow format runs as written, so its float32 tensors (an fp32
+    constant inside an fp32 island) stay float32.
     """
 
     def __init__(self, graph: Graph, target: Format, keep_fp32: list[str] | tuple[str, ...] = ()):
         self.graph = graph
         self.target = target
         self.keep_fp32 = list(keep_fp32)
-        self.converted = target.name not in ("fp32", "fp64") and graph.converted_to is None and any(
-            v.dtype == target.name for v in [*graph.inputs, *graph.outputs])
+        self.converted = target.name not in ("fp32", "fp64") and graph.converted_to is None and _converted(graph, target)
         self._cast_origin: dict[int, tuple[str, str]] = {}  # id(value) -> (Cast node name, dtype it cast to)
         self._propagate_casts()
 
@@ -116,3 +115,21 @@ class DtypeResolver:
             if origin is not None:
                 for out in node.outputs:
                     self._cast_origin[id(out)] = origin
+
+
+def _converted(graph: Graph, target: Format) -> bool:
+    """Whether the model is already stored in the target format: a float input in it, or most of its weights.
+
+    (Token-id models have no float input, so the weights decide; an fp32 model with one fp16 output does not
+    count as converted.)
+    """
+    if any(v.dtype == target.name for v in graph.inputs):
+        return True
+    sizes: dict[str, int] = {}
+    seen: set[int] = set()
+    for node in graph.nodes:
+        for v in node.inputs:
+            if v is not None and v.is_const and v.producer is None and id(v) not in seen:
+                seen.add(id(v))
+                sizes[v.dtype or ""] = sizes.get(v.dtype or "", 0) + (v.const_size or 1)
+    return sizes.get(target.name, 0) > sizes.get("fp32", 0)
