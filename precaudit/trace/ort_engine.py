@@ -281,7 +281,7 @@ class OrtSegments:
             return feed(v, emulated and id(v) not in self._shared)
 
         fetch: list[tuple[str, int, bool]] = []
-        for k, step in enumerate(steps, start):
+        for step in steps:
             node = step.node
             attrs = _float32_attrs(node)
             shared = all(vid in self._shared for vid, _ in step.outputs)
