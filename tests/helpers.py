@@ -19,3 +19,16 @@ def run_json(models: list[Path | str], *args: str, out_dir: Path) -> tuple[int, 
     report = json.loads(out.read_text())
     jsonschema.Draft7Validator(SCHEMA).validate(report)  # every report any test reads follows the schema
     return code, report
+
+
+def assert_traced_alike(model: Path | str, out_dir: Path) -> list[tuple[str, str]]:
+    """Trace the model on both engines: no errors, every node on onnxruntime, the same PA9 findings (returned)."""
+    found = {}
+    for engine in ("onnxruntime", "numpy"):
+        _, report = run_json([model], "--trace", "--trace-engine", engine, "--select", "PA9", out_dir=out_dir)
+        assert report["errors"] == []
+        found[engine] = sorted((r["rule_id"], r["node_name"]) for r in report["results"])
+        if engine == "onnxruntime":
+            assert report["trace"][0]["nodes"]["numpy"] == 0
+    assert found["onnxruntime"] == found["numpy"]
+    return found["onnxruntime"]

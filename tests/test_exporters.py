@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")  # the dynamo exporter's backend
 
 from fixtures.torch_exports import CASES, DTYPES, HF_CASES, export  # noqa: E402
-from tests.helpers import run_json  # noqa: E402
+from tests.helpers import assert_traced_alike, run_json  # noqa: E402
 
 PARAMS = [(case, exporter, dtype) for case in CASES + HF_CASES for exporter in case.exporters for dtype in DTYPES]
 
@@ -30,14 +30,7 @@ def test_export(case, exporter, dtype, export_dir, tmp_path):
     assert Counter(r["rule_id"] for r in report["results"]) == case.expect(exporter, dtype)
     if dtype == "fp16" and pytest.importorskip("onnxruntime"):
         # traced mode runs every exported graph on onnxruntime, node for node, and finds what the numpy kernels find
-        traced = {}
-        for engine in ("onnxruntime", "numpy"):
-            _, report = run_json([model], "--trace", "--trace-engine", engine, "--select", "PA9", out_dir=tmp_path)
-            assert report["errors"] == []
-            traced[engine] = sorted((r["rule_id"], r["node_name"]) for r in report["results"])
-            if engine == "onnxruntime":
-                assert report["trace"][0]["nodes"]["numpy"] == 0
-        assert traced["onnxruntime"] == traced["numpy"]
+        assert_traced_alike(model, tmp_path)
 
 
 ALL = CASES + HF_CASES

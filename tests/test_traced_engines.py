@@ -23,7 +23,7 @@ from precaudit.trace import ort_engine  # noqa: E402
 from precaudit.trace.emulator import Emulator  # noqa: E402
 from precaudit.trace.inputs import synthesize_inputs  # noqa: E402
 from precaudit.trace.measure import attach_probes  # noqa: E402
-from tests.helpers import run_json  # noqa: E402
+from tests.helpers import assert_traced_alike, run_json  # noqa: E402
 
 MODELS = [("hf_bert", "ts14", "fp32", "fp16"), ("hf_llama", "dynamo18", "fp32", "bf16"),
           ("hf_gpt2", "dynamo18", "fp16", "fp16"), ("hf_t5", "ts17", "fp16", "fp16")]
@@ -193,11 +193,4 @@ def test_vision_models_trace_alike_on_both_engines(kind, half, tmp_path):
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
         torch.onnx.export(module, (pixels,), str(path), dynamo=False, opset_version=17, input_names=["pixel_values"])
-    found = {}
-    for engine in ("onnxruntime", "numpy"):
-        _, report = run_json([path], "--trace", "--trace-engine", engine, "--select", "PA9", out_dir=tmp_path)
-        assert report["errors"] == []
-        found[engine] = sorted((r["rule_id"], r["node_name"]) for r in report["results"])
-        if engine == "onnxruntime":
-            assert report["trace"][0]["nodes"]["numpy"] == 0
-    assert found["onnxruntime"] == found["numpy"]
+    assert_traced_alike(path, tmp_path)
