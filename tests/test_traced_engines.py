@@ -194,3 +194,32 @@ def test_vision_models_trace_alike_on_both_engines(kind, half, tmp_path):
         warnings.simplefilter("ignore")
         torch.onnx.export(module, (pixels,), str(path), dynamo=False, opset_version=17, input_names=["pixel_values"])
     assert_traced_alike(path, tmp_path)
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+def test_onnxruntime_casts_round_as_ml_dtypes_bit_for_bit(fmt):
+    """The onnxruntime engine rounds only through Cast pairs: they must round exactly as the numpy engine does,
+    ties to even, subnormals, overflow to inf and NaN included (every bfloat16 tie pattern, 1M random floats)."""
+    import onnxruntime as ort
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    from precaudit.trace.emulator import round_into
+
+    narrow = {"fp16": T.FLOAT16, "bf16": T.BFLOAT16}[fmt]
+    graph = h.make_graph(ort_engine._round_trip("x", "y", narrow), "round", [h.make_tensor_value_info("x", T.FLOAT, None)],
+                         [h.make_tensor_value_info("y", T.FLOAT, None)])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    ties = (np.arange(1 << 16, dtype=np.uint32) << 16 | 0x8000).view(np.float32)  # exactly halfway for bf16
+    x = np.concatenate([rng.integers(0, 2**32, 1_000_000, dtype=np.uint64).astype(np.uint32).view(np.float32), ties,
+                        np.array([65504, 65519.99, 65520, 1e-45, 2**-24, 3 * 2**-25, -0.0, np.inf, -np.inf, np.nan],
+                                 np.float32)])
+    got = session.run(None, {"x": x})[0]
+    with np.errstate(all="ignore"):
+        want = np.asarray(round_into(x, FORMATS[fmt]))
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    assert np.array_equal(got[finite].view(np.uint32), want[finite].view(np.uint32))
