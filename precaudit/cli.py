@@ -100,8 +100,9 @@ def check(
                                                  help="Accept the current findings: write them to FILE and exit 0."),
     show_settings: bool = typer.Option(False, "--show-settings", help="Print the resolved configuration and exit."),
     trace: bool = typer.Option(False, "--trace", help="Run the model and emulate the target dtype op by op."),
-    inputs: Optional[str] = typer.Option(None, "--inputs", metavar="FILE.npz",
-                                         help="Traced mode: one array per graph input (else synthesized)."),
+    inputs: List[str] = typer.Option([], "--inputs", metavar="FILE.npz",
+                                     help="Traced mode: one array per graph input (else synthesized); repeat the "
+                                          "option for several batches."),
     samples: int = typer.Option(1, "--samples", min=1, help="Traced mode: how many synthesized input batches."),
     dim: List[str] = typer.Option([], "--dim", metavar="NAME=SIZE", help="Traced mode: size of a symbolic dim."),
     seed: int = typer.Option(0, "--seed", min=0, help="Traced mode: seed for synthesized inputs."),
@@ -131,7 +132,7 @@ def check(
         raise InputError(None, "no model given: precaudit MODEL.onnx [MORE.onnx ...] [options]")
     if statistics and settings.format != "text":
         raise InputError(None, f"--statistics prints a table; it cannot be combined with --format {settings.format}")
-    input_files = {Path(p).resolve() for p in [*models, *settings.rules]}
+    input_files = {Path(p).resolve() for p in [*models, *settings.rules, *inputs]}
     # Rewriting the baseline in place is how it is refreshed; the report must not overwrite it.
     baseline_file = {Path(settings.baseline).resolve()} if settings.baseline else set()
     if output is not None and output.resolve() in input_files | baseline_file:
@@ -143,7 +144,7 @@ def check(
     torch_options = TorchOptions(_shapes(input_shape), input_dtype, trust_pickle)
     if trace_engine not in ("auto", "onnxruntime", "numpy"):
         raise InputError(None, f"--trace-engine {trace_engine!r}: choose auto, onnxruntime or numpy")
-    trace_options = TraceOptions(inputs, samples, _dims(dim), seed, engine=trace_engine,
+    trace_options = TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine,
                                  progress=settings.format == "text" and output is None and _color_ok(no_color)) \
         if trace else None
     outcome = _run(models, settings, write_baseline, exit_zero, torch_options, trace_options)

@@ -20,7 +20,7 @@ class TorchOptions:
 class TraceOptions:
     """Traced mode: run the model on inputs and emulate the target dtype op by op."""
 
-    inputs: str | None = None  # an .npz with one array per graph input; synthesized when None
+    inputs: list[str] = field(default_factory=list)  # .npz files, one batch each (one array per graph input)
     samples: int = 1
     dims: dict[str, int] = field(default_factory=dict)  # values for symbolic dims (--dim batch=2)
     seed: int = 0

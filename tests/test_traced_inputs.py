@@ -64,7 +64,7 @@ def test_synthesized_ids_stay_inside_the_embedding_table(tmp_path):
     assert code == 1
     # the report says what the findings hold for: synthesized ids of shape (1, 5), three samples from seed 0
     (run,) = report["trace"]
-    assert (run["model"], run["inputs"], run["seed"], run["samples"]) == (str(path), "synthesized", 0, 3)
+    assert (run["model"], run["inputs"], run["seed"], run["samples"]) == (str(path), [], 0, 3)
     assert run["shapes"] == {"ids": [1, 5]}
     assert sum(run["nodes"].values()) == 4  # every node of the graph ran
 
@@ -74,7 +74,7 @@ def test_npz_inputs_are_used_as_given(tmp_path, rms):
                             out_dir=tmp_path)
     assert (code, report["results"], report["errors"]) == (0, [], [])
     (run,) = report["trace"]
-    assert (run["inputs"], run["seed"], run["samples"], run["shapes"]) == (str(tmp_path / "in.npz"), None, 1, {"x": [2, 8]})
+    assert (run["inputs"], run["seed"], run["samples"], run["shapes"]) == ([str(tmp_path / "in.npz")], None, 1, {"x": [2, 8]})
 
 
 def test_text_report_says_what_the_trace_ran_on(tmp_path, rms, capsys):
@@ -100,3 +100,24 @@ def test_unknown_dim_name_is_an_error(tmp_path, capsys):
     path = save(model([h.make_node("Relu", ["x"], ["y"], name="relu")], [x], [y]), tmp_path / "dyn.onnx")
     assert main([str(path), "--trace", "--dim", "sequence=8"]) == 2
     assert "--dim sequence: no input has a dim of that name (symbolic dims: batch, seq)" in capsys.readouterr().err
+
+
+def test_several_npz_files_are_several_batches(tmp_path, rms):
+    """Two batches: only the second holds activations of 300, whose squares overflow float16."""
+    quiet, loud = tmp_path / "quiet.npz", tmp_path / "loud.npz"
+    np.savez(quiet, x=np.ones((2, 8), np.float32))
+    np.savez(loud, x=np.full((2, 8), 300.0, np.float32))
+    code, report = run_json([rms], "--trace", "--select", "PA901", "--inputs", str(quiet), "--inputs", str(loud),
+                            out_dir=tmp_path)
+    (finding,) = report["results"]
+    assert (finding["node_name"], finding["values"]["elements"], finding["values"]["samples"]) == ("sq", 32, 2)
+    assert finding["values"]["overflow_fraction"] == 0.5  # all 16 values of the second batch, none of the first
+    (run,) = report["trace"]
+    assert (run["inputs"], run["samples"], run["seed"]) == ([str(quiet), str(loud)], 2, None)
+
+
+def test_the_report_never_overwrites_an_inputs_file(tmp_path, rms, capsys):
+    batch = _npz(tmp_path, x=np.ones((2, 8)))
+    assert main([str(rms), "--trace", "--inputs", batch, "-o", batch]) == 2
+    assert "refusing to write the report over one of the inputs" in capsys.readouterr().err
+    assert np.load(batch)["x"].shape == (2, 8)  # still the user's file

@@ -24,7 +24,7 @@ __all__ = ["traced_sites", "TraceRun"]
 class TraceRun:
     """What a traced run fed the model and what ran it: a finding from traced mode holds only for these inputs."""
 
-    inputs: str  # the .npz as given, or "synthesized"
+    inputs: list[str]  # the .npz files as given, one batch each; empty when synthesized
     seed: int | None  # of the first synthesized sample
     samples: int
     shapes: dict[str, list[int]] = field(default_factory=dict)  # per graph input, in the first sample
@@ -32,7 +32,7 @@ class TraceRun:
     nodes: dict[str, int] = field(default_factory=dict)  # nodes each engine ran, in the last sample
 
     def describe(self) -> str:
-        given = f"inputs from {self.inputs}" if self.seed is None else \
+        given = f"inputs from {', '.join(self.inputs)}" if self.inputs else \
             f"{self.samples} synthesized sample{'s' * (self.samples != 1)} (seed {self.seed})"
         shapes = ", ".join(f"{name} {tuple(shape)}" for name, shape in self.shapes.items())
         ran = ", ".join(f"{n} nodes on {engine}" for engine, n in self.nodes.items() if n)
@@ -43,14 +43,13 @@ def traced_sites(graph: Graph, resolver: DtypeResolver, options: TraceOptions) -
     """Run every sample through the reference and the emulation, then one site per thing measured, in graph order."""
     emulator = Emulator(graph, resolver, engine=options.engine)
     probes = attach_probes(graph, resolver, emulator)
-    # an .npz is one sample; synthesized inputs give --samples independent draws
-    samples = 1 if options.inputs else max(1, options.samples)
-    run = TraceRun(options.inputs or "synthesized", None if options.inputs else options.seed, samples,
-                   engine=emulator.engine)
+    # each .npz is one sample; synthesized inputs give --samples independent draws
+    samples = len(options.inputs) or max(1, options.samples)
+    run = TraceRun(list(options.inputs), None if options.inputs else options.seed, samples, engine=emulator.engine)
     update, close = progress_bar(Path(graph.path).name, samples) if options.progress else (None, lambda: None)
     try:
         for i in range(samples):
-            feeds = load_inputs(graph, options.inputs, options.dims) if options.inputs \
+            feeds = load_inputs(graph, options.inputs[i], options.dims) if options.inputs \
                 else synthesize_inputs(graph, options.dims, options.seed + i)
             if i == 0:
                 run.shapes = {name: list(np.shape(array)) for name, array in feeds.items()}
