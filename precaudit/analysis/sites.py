@@ -24,7 +24,7 @@ __all__ = ["Site", "FACT_NAMES", "PATTERN_FACTS", "find_sites", "find_norm_sites
 _OP_SITES = {"Softmax", "LogSoftmax", "Log", "Sqrt", "Reciprocal", "Div", "Exp", "Pow"}
 
 # The facts each site kind carries: the names a rule condition or message may use.
-_DTYPE_FACTS = {"compute_dtype", "compute_reason", "target_dtype", *FORMATS["fp32"].numbers()}
+_DTYPE_FACTS = {"compute_dtype", "compute_reason", "target_dtype", "target_ulp_at_1", *FORMATS["fp32"].numbers()}
 _EPS_FACTS = {"has_eps", "eps", "eps_rounded", "eps_class", "eps_source", "eps_role", "eps_placement", "keep_hint"}
 _OP_FACTS = {"op", "input_op", "input_class", "in_norm_chain", "selected_by_where", *_DTYPE_FACTS}
 FACT_NAMES: dict[str, set[str]] = {
@@ -47,7 +47,7 @@ FACT_NAMES["traced_norm"] = FACT_NAMES["norm"] | {"rows", "min_variance", "media
                                                   "rows_below_eps", "rows_below_eps_fraction", "samples"}
 FACT_NAMES["traced_op"] = {"op", "input_op", "in_norm_chain", "selected_by_where", "samples", "input_max", "input_min",
                            "input_min_abs", "zero_fraction", "negative_fraction", "ref_zero_fraction", "ref_negative_fraction",
-                           "output_nonfinite_fraction", *_DTYPE_FACTS}
+                           "output_nonfinite_fraction", "input_rel_error", "input_from_sensitive_op", *_DTYPE_FACTS}
 FACT_NAMES["traced_first_nonfinite"] = {"op", "value", "samples", "nonfinite_fraction", "ref_nonfinite_fraction",
                                         "input_absmax", "chain", "chain_length", "reaches_output", "output",
                                         *_DTYPE_FACTS}
@@ -124,7 +124,8 @@ def eps_facts(eps: float | None, dtype: ComputeDtype) -> dict[str, Any]:
 
 def dtype_facts(dtype: ComputeDtype, resolver: DtypeResolver) -> dict[str, Any]:
     return {"compute_dtype": dtype.fmt.long_name, "compute_reason": dtype.reason,
-            "target_dtype": resolver.target.long_name, **dtype.fmt.numbers()}
+            "target_dtype": resolver.target.long_name, "target_ulp_at_1": resolver.target.ulp_at_1,
+            **dtype.fmt.numbers()}
 
 
 def _norm_site(node: Node, spec: NormSpec, resolver: DtypeResolver) -> Site | None:

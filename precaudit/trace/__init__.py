@@ -57,7 +57,7 @@ def traced_sites(graph: Graph, resolver: DtypeResolver, options: TraceOptions) -
     finally:
         close()
     sites = [*value_sites(graph, resolver, emulator.stats, samples), *norm_sites(probes, samples),
-             *op_sites(probes, resolver, samples), *first_nonfinite_site(graph, resolver, emulator.stats, samples)]
+             *op_sites(probes, resolver, samples, emulator.stats), *first_nonfinite_site(graph, resolver, emulator.stats, samples)]
     order = {id(node): i for i, node in enumerate(graph.nodes)}
     run.nodes = dict(emulator.ran_on)
     return sorted(sites, key=lambda s: order[id(s.node)]), run

@@ -13,7 +13,7 @@ from ..analysis.sites import Site, feeding_op, selected_by_where_only, dtype_fac
 from ..analysis.constants import is_constant
 from ..dtypes import Format
 from ..ir import Graph, Node, Value, implicit_inputs
-from .measure import Probes
+from .measure import WATCHED_INPUT, Probes
 from .stats import ValueStats
 
 __all__ = ["value_sites", "norm_sites", "op_sites", "first_nonfinite_site"]
@@ -76,7 +76,7 @@ def norm_sites(probes: Probes, samples: int) -> list[Site]:
     return sites
 
 
-def op_sites(probes: Probes, resolver: DtypeResolver, samples: int) -> list[Site]:
+def op_sites(probes: Probes, resolver: DtypeResolver, samples: int, stats: dict[int, ValueStats]) -> list[Site]:
     """Exp, softmax, log, sqrt and division sites with what their sensitive input did."""
     sites = []
     for node, s in probes.ops:
@@ -90,9 +90,24 @@ def op_sites(probes: Probes, resolver: DtypeResolver, samples: int) -> list[Site
             "input_max": s.max, "input_min": s.min, "input_min_abs": s.min_abs,
             "zero_fraction": s.zero / n, "negative_fraction": s.negative / n, "ref_zero_fraction": s.ref_zero / n,
             "ref_negative_fraction": s.ref_negative / n,
-            "output_nonfinite_fraction": s.output_nonfinite / n, **dtype_facts(dtype, resolver)}
+            "output_nonfinite_fraction": s.output_nonfinite / n,
+            "input_rel_error": _relative_error(stats.get(id(node.input(WATCHED_INPUT[node.op_type])))),
+            # its error then passed through that op, and was judged at its input already
+            "input_from_sensitive_op": feeding_op(node.input(WATCHED_INPUT[node.op_type])) in _SENSITIVE,
+            **dtype_facts(dtype, resolver)}
         sites.append(Site("traced_op", node, facts))
     return sites
+
+
+_SENSITIVE = {"Sqrt", "Div", "Reciprocal", "Log", "Pow"}
+
+
+def _relative_error(s: ValueStats | None) -> float:
+    """The emulated value's largest error against its own size; 0 where the reference is cancellation noise itself
+    (its size then says nothing) or the emulated run is already inf/NaN (the other rules' business)."""
+    if s is None or s.nonfinite or s.absmax <= 10 * s.noise_floor:
+        return 0.0
+    return s.rel_error
 
 
 _DOMAIN_OPS = {"Log", "Sqrt", "Pow"}
