@@ -92,10 +92,7 @@ class ValueStats:
             if small and noise_floor >= fmt.smallest_normal and local_floor is None:  # noise above the tiny values
                 return self._measure_exact(ref, emu, noise_floor, a)
             if small:
-                floor = noise_floor if local_floor is None else local_floor(below)
-                noise = int(np.count_nonzero((tiny > 0) & (tiny <= floor))) if noise_floor > 0 else 0
-                underflow = int(np.count_nonzero((tiny > floor) & (tiny <= fmt.smallest_subnormal / 2)))
-                subnormal = small - underflow - noise
+                underflow, subnormal = self._tiny_counts(tiny, below, small, noise_floor, local_floor)
             if zeros:
                 if small:
                     min_nonzero = float(tiny[tiny > 0].min())
@@ -123,15 +120,11 @@ class ValueStats:
         overflow = int(np.count_nonzero(a >= fmt.overflow_threshold))
         zeros = a.size - int(np.count_nonzero(a))
         nonzero = a.size - zeros
-        small = int(np.count_nonzero(a < fmt.smallest_normal)) - zeros
+        below = a < fmt.smallest_normal
+        small = int(np.count_nonzero(below)) - zeros
         underflow = subnormal = 0
         if small:  # the rare path: only values with tiny entries pay for the finer counts
-            below = a < fmt.smallest_normal
-            tiny = a[below]
-            floor = noise_floor if local_floor is None else local_floor(below)
-            noise = int(np.count_nonzero((tiny > 0) & (tiny <= floor))) if noise_floor > 0 else 0
-            underflow = int(np.count_nonzero((tiny > floor) & (tiny <= fmt.smallest_subnormal / 2)))
-            subnormal = small - underflow - noise
+            underflow, subnormal = self._tiny_counts(a[below], below, small, noise_floor, local_floor)
         min_nonzero = float(np.min(a, where=a > 0, initial=math.inf)) if nonzero else math.inf
         emu_finite = np.isfinite(emu)
         n_emu_finite = int(np.count_nonzero(emu_finite))
@@ -143,6 +136,15 @@ class ValueStats:
             diff = np.where(both, np.abs(np.where(both, emu, 0) - np.where(both, ref, 0)), 0)
         return (a.size, ref_nonfinite, absmax, overflow, nonzero, underflow, subnormal, min_nonzero, nonfinite,
                 float(diff.max()), ref_nan)
+
+    def _tiny_counts(self, tiny: np.ndarray, below: np.ndarray, small: int, noise_floor: float,
+                     local_floor: Callable[[np.ndarray], np.ndarray] | None) -> tuple[int, int]:
+        """(underflow, subnormal) among the values below the smallest normal (`tiny`, selected by `below`; `small`
+        of them nonzero): values at or below the noise floor are cancellation noise and count as neither."""
+        floor = noise_floor if local_floor is None else local_floor(below)
+        noise = int(np.count_nonzero((tiny > 0) & (tiny <= floor))) if noise_floor > 0 else 0
+        underflow = int(np.count_nonzero((tiny > floor) & (tiny <= self.fmt.smallest_subnormal / 2)))
+        return underflow, small - underflow - noise
 
     def fraction(self, count: int) -> float:
         return count / self.elements if self.elements else 0.0
