@@ -17,7 +17,7 @@ from ..analysis.compute_dtype import DtypeResolver
 from ..dtypes import FORMATS, Format
 from ..errors import InputError
 from ..ir import Graph, Node, Value, implicit_inputs
-from .fallback import ReferenceFallback, as_float
+from .fallback import REFERENCE, ReferenceFallback, as_float, as_reference
 from .kernels import KERNELS, MS_KERNELS, KernelContext
 from .ort_engine import OrtSegments, onnxruntime_available
 from .stats import ValueStats
@@ -113,18 +113,11 @@ def _round_fp16_general(x: np.ndarray) -> np.ndarray:
 _CANCELLING = {"Add", "Sub", "Sum", "ReduceMean", "ReduceSum", "MatMul", "Gemm", "Conv", "Einsum"}
 _CARRIES_NOISE = {"Identity", "Cast", "Reshape", "Expand", "Squeeze", "Unsqueeze", "Transpose", "Flatten", "Mul", "Div",
                   "Neg", "Abs", "Concat", "Slice", "Gather", "Split"}
-# The reference runs in float32 (float64 where the graph casts to double): onnxruntime's CPU kernels run it at
-# full speed, and its error (~6e-8 relative) is far below that of any format precaudit emulates.
-REFERENCE = np.float32
 # A sum or difference smaller than this fraction of its inputs is float32 cancellation noise. It is also below
 # every narrow format's own rounding error of those inputs (bf16: 4e-3, fp16: 5e-4), so it cannot be a value
 # that the format should have kept: calling it an underflow would be wrong.
 _NOISE = 1e-5
 
-
-def as_reference(array: np.ndarray) -> np.ndarray:
-    """An array as the reference holds it: float32, or float64 where the graph computes in double."""
-    return array if array.dtype == np.float64 else as_float(array, REFERENCE)
 
 
 def _local_floor(step: "_Step", ref_args: list) -> Callable[[np.ndarray], np.ndarray] | None:

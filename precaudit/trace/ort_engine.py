@@ -27,6 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import InputError
 from ..ir import Node, Value
+from .fallback import as_reference
 
 if TYPE_CHECKING:
     from .emulator import Emulator, _Step
@@ -450,14 +451,9 @@ def _round_trip(source: str, target: str, narrow: int) -> list[onnx.NodeProto]:
             helper.make_node("Cast", [f"narrow::{target}"], [target], to=TensorProto.FLOAT)]
 
 
-_ML_FLOATS = ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
-
-
 def _reference_array(data: np.ndarray) -> np.ndarray:
-    """A constant as the reference holds it: narrow floats widened to float32, the rest as stored."""
-    array = np.asarray(data)
-    if array.dtype not in (np.float32, np.float64) and (array.dtype.kind == "f" or array.dtype.name in _ML_FLOATS):
-        array = array.astype(np.float32)
+    """A constant as the reference holds it (narrow floats widened to float32), in one contiguous block."""
+    array = as_reference(np.asarray(data))
     # np.ascontiguousarray would turn a 0-d array into a 1-d one (an index into a rank-1 one, say)
     return array if array.flags.c_contiguous else array.copy(order="C")
 
