@@ -139,11 +139,12 @@ def check(
         raise InputError(str(output), "refusing to write the report over one of the inputs")
     if write_baseline is not None and Path(write_baseline).resolve() in input_files:
         raise InputError(write_baseline, "refusing to write the baseline over one of the inputs")
-    from .options import TorchOptions, TraceOptions
+    from .options import TRACE_ENGINES, TorchOptions, TraceOptions
 
     torch_options = TorchOptions(_shapes(input_shape), input_dtype, trust_pickle)
-    if trace_engine not in ("auto", "onnxruntime", "numpy"):
-        raise InputError(None, f"--trace-engine {trace_engine!r}: choose auto, onnxruntime or numpy")
+    if trace_engine not in TRACE_ENGINES:
+        raise InputError(None, f"--trace-engine {trace_engine!r}: choose {', '.join(TRACE_ENGINES[:-1])} or "
+                               f"{TRACE_ENGINES[-1]}")
     trace_options = TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine,
                                  progress=settings.format == "text" and output is None and _color_ok(no_color)) \
         if trace else None

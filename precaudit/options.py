@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["TorchOptions", "TraceOptions"]
+__all__ = ["TorchOptions", "TraceOptions", "TRACE_ENGINES"]
+
+# auto: onnxruntime where it is installed and the node allows, numpy kernels elsewhere
+TRACE_ENGINES = ("auto", "onnxruntime", "numpy")
 
 
 @dataclass

@@ -17,15 +17,13 @@ from ..analysis.compute_dtype import DtypeResolver
 from ..dtypes import FORMATS, Format
 from ..errors import InputError
 from ..ir import Graph, Node, Value, implicit_inputs
+from ..options import TRACE_ENGINES
 from .fallback import REFERENCE, ReferenceFallback, as_float, as_reference
 from .kernels import KERNELS, MS_KERNELS, KernelContext
 from .ort_engine import OrtSegments, onnxruntime_available
 from .stats import ValueStats
 
-__all__ = ["Emulator", "ENGINES", "round_into", "round_fp16", "Hook"]
-
-# auto: onnxruntime where it is installed and the node allows, numpy kernels elsewhere
-ENGINES = ("auto", "onnxruntime", "numpy")
+__all__ = ["Emulator", "round_into", "round_fp16", "Hook"]
 
 _FLOAT_DTYPES = {"fp16", "bf16", "fp32", "fp64", "fp8-e4m3", "fp8-e5m2"}
 
@@ -120,12 +118,21 @@ _NOISE = 1e-5
 
 
 
+# Elementwise sums and differences: their noise floor is judged per element, from their inputs.
+_LOCAL_FLOOR_OPS = ("Add", "Sub")
+
+
+def reads_inputs(step: "_Step") -> bool:
+    """Whether measuring a node reads its inputs, not only its outputs: its hooks, or an elementwise noise floor."""
+    return bool(step.hooks) or step.node.op_type in _LOCAL_FLOOR_OPS
+
+
 def _local_floor(step: "_Step", ref_args: list) -> Callable[[np.ndarray], np.ndarray] | None:
     """An elementwise sum or difference, per element: noise only where it is small against its own inputs.
 
     Adding an eps to a variance of exactly 0 gives the eps, exactly, however large other rows are.
     """
-    if step.node.op_type not in ("Add", "Sub") or len(ref_args) != 2 or any(a is None for a in ref_args):
+    if step.node.op_type not in _LOCAL_FLOOR_OPS or len(ref_args) != 2 or any(a is None for a in ref_args):
         return None
     a, b = ref_args
 
@@ -177,7 +184,7 @@ class Emulator:
         self._input_fmt = {id(v): self._held(v) for v in graph.inputs}
         self._steps = self._plan()
         self._samples: dict[int, tuple[float, tuple]] = {}  # this sample's counts per value, for _REARRANGES
-        if engine not in ENGINES:
+        if engine not in TRACE_ENGINES:
             raise ValueError(f"unknown traced-mode engine {engine!r}")
         if engine == "onnxruntime" and not onnxruntime_available():
             raise InputError(graph.path, "--trace-engine onnxruntime needs onnxruntime: pip install 'precaudit[trace]'")
@@ -320,7 +327,8 @@ class Emulator:
                  if not n.subgraph_path and (not all(o.is_const for o in n.outputs) or not n.outputs)]
         implicit = {id(n): implicit_inputs(n) for n in nodes if n.bodies}
         kept = {id(v) for v in self.graph.outputs}
-        last: dict[int, int] = {}
+        # the last step that reads each value, inside a control-flow body included
+        self.last_read = last = {}
         for i, node in enumerate(nodes):
             for v in [*node.inputs, *implicit.get(id(node), [])]:
                 if v is not None and not v.is_const:

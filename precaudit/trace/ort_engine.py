@@ -71,7 +71,10 @@ class OrtSegments:
     """Drives an Emulator's steps through onnxruntime sessions where it can; returns None where it cannot."""
 
     def __init__(self, emulator: "Emulator"):
+        from .emulator import reads_inputs  # (the emulator imports this module)
+
         self.em = emulator
+        self._reads_inputs = reads_inputs
         steps = emulator._steps
         self.refusals: dict[int, str] = {}  # node id -> why onnxruntime does not run it (said if numpy cannot either)
         self.eligible = [self._eligible(s) for s in steps]
@@ -79,16 +82,10 @@ class OrtSegments:
         self._bytes_per_step = 1.0  # returned by the last segment run, reference and emulation together
         self._last_size = 0  # nodes in the last segment built
         self._shared = self._shared_values()
-        # the last step that reads each value; a value read after its segment ends must be returned
-        self._last_read: dict[int, int] = {}
-        for i, step in enumerate(steps):
-            for v in [*step.inputs, *step.implicit]:
-                if v is not None and not v.is_const:
-                    self._last_read[id(v)] = i
         self._outputs = {id(v) for v in emulator.graph.outputs}
         # every value some measurement reads: its producer's segment must return it (a hooked LayerNorm's input
         # may come from a Transpose, whose own numbers are not measured)
-        self._measured = set().union(*self._measured_values()) if steps else set()
+        self._measured = self._measured_values()
         self._opsets = self._opset_imports()
 
     # ---- running -------------------------------------------------------------------------------------------
@@ -133,7 +130,7 @@ class OrtSegments:
                 emu[vid] = ref[vid]
         if em.reference:
             # only hooks and the elementwise noise floor read a node's inputs; the weights stay unrounded here
-            reads_args = bool(step.hooks) or step.node.op_type in ("Add", "Sub")
+            reads_args = self._reads_inputs(step)
             ref_args = [_get(v, ref, em, 1) for v in step.inputs] if reads_args else []
             emu_args = [_get(v, emu, em, 0) for v in step.inputs] if reads_args else []
             em._measure(step, ref_args, emu_args, [ref.get(vid) for vid, _ in step.outputs],
@@ -185,25 +182,20 @@ class OrtSegments:
         fmt = self.em._held(v)
         return fmt is None or fmt.name in _HELD_AS_IS
 
-    def _measured_values(self) -> list[set[int]]:
-        """Per step, the values the measurements read: its float outputs, and for hooked and Add/Sub nodes its inputs."""
+    def _measured_values(self) -> set[int]:
+        """The values the measurements read: float outputs, and the inputs and outputs of nodes whose measuring
+        reads their inputs (hooked ones, Add/Sub). A rearranged output reuses its input's sample instead."""
         em = self.em
         made_by_step = {vid for s in em._steps for vid, fmt in s.outputs if fmt is not None}
-        out = []
-        for step in em._steps:
-            needed = set()
+        needed: set[int] = set()
+        for step in em._steps:  # (run() has attached the hooks by the time this engine is made)
             for vid, fmt in step.outputs:
-                if fmt is None:
-                    continue
-                source = step.rearranges
-                if source is not None and source in made_by_step:
-                    continue  # its numbers are its input's: the input's sample is reused
-                needed.add(vid)
-            if step.hooks or em.hooks.get(id(step.node)) or step.node.op_type in ("Add", "Sub"):
+                if fmt is not None and not (step.rearranges is not None and step.rearranges in made_by_step):
+                    needed.add(vid)
+            if self._reads_inputs(step):
                 needed.update(id(v) for v in step.inputs if v is not None and not v.is_const)
                 needed.update(vid for vid, _ in step.outputs)
-            out.append(needed)
-        return out
+        return needed
 
     # ---- building a segment --------------------------------------------------------------------------------
 
@@ -306,7 +298,7 @@ class OrtSegments:
                 vid = id(o)
                 if not o.name:
                     continue
-                later = self._last_read.get(vid, -1) >= end or vid in self._outputs
+                later = self.em.last_read.get(vid, -1) >= end or vid in self._outputs
                 if later or (vid in self._measured and em.reference):
                     if em.reference or vid in self._shared:
                         fetch.append((o.name, vid, False))
