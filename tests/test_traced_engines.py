@@ -15,7 +15,7 @@ pytest.importorskip("onnxruntime")
 torch = pytest.importorskip("torch")
 
 from fixtures.onnx_builders import chain_model, save  # noqa: E402
-from fixtures.torch_exports import HF_CASES, export  # noqa: E402
+from fixtures.torch_exports import HF_CASES, ExportCase, _LastHiddenState, export, same  # noqa: E402
 from precaudit.analysis.compute_dtype import DtypeResolver  # noqa: E402
 from precaudit.dtypes import FORMATS  # noqa: E402
 from precaudit.frontends.onnx import load_onnx  # noqa: E402
@@ -171,29 +171,10 @@ def _vision(kind: str):
 @pytest.mark.parametrize("half", [False, True], ids=["fp32", "fp16"])
 def test_vision_models_trace_alike_on_both_engines(kind, half, tmp_path):
     """Conv, BatchNorm, and ConvNeXt's LayerNorm after a permute: every node on onnxruntime, same findings."""
-    import contextlib
-    import io
-    import warnings
-
     pytest.importorskip("transformers")
-
-    class Pixels(torch.nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, pixel_values):
-            return self.model(pixel_values=pixel_values, return_dict=False)[0]
-
-    torch.manual_seed(0)
-    module, pixels = Pixels(_vision(kind)).eval(), torch.randn(1, 3, 32, 32)
-    if half:
-        module, pixels = module.half(), pixels.half()
-    path = tmp_path / f"{kind}.onnx"
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, (pixels,), str(path), dynamo=False, opset_version=17, input_names=["pixel_values"])
-    assert_traced_alike(path, tmp_path)
+    case = ExportCase(kind, lambda: _LastHiddenState(_vision(kind), "pixel_values"), same(),
+                      example=lambda: (torch.randn(1, 3, 32, 32),))
+    assert_traced_alike(export(case, "ts17", "fp16" if half else "fp32", tmp_path), tmp_path)
 
 
 @pytest.mark.parametrize("fmt", ["fp16", "bf16"])
