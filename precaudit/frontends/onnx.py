@@ -34,13 +34,18 @@ def load_onnx(path: str) -> Graph:
         except Exception as exc:  # an inliner failure should not hide the rest of the graph
             raise InputError(path, f"cannot inline model-local functions: {exc}") from exc
     model = _infer_shapes(model)
-    opsets = {"" if imp.domain in ("", "ai.onnx") else imp.domain: imp.version for imp in model.opset_import}
+    opsets = {_domain(imp.domain): imp.version for imp in model.opset_import}
     builder = _Builder(path, model_dir, opsets)
     graph = Graph(path=path, producer_name=model.producer_name)
     builder.build(model.graph, graph, scope={}, subgraph_path="")
     _fill_missing_dtypes(graph)
     graph.exporter = _exporter(model)
     return graph
+
+
+def _domain(name: str) -> str:
+    """"ai.onnx" and "" both name the default domain; imports and nodes may spell it either way."""
+    return "" if name in ("", "ai.onnx") else name
 
 
 _WEIGHT_BYTES = 1 << 16
@@ -184,7 +189,7 @@ class _Builder:
         attrs = {a.name: _attr_value(a) for a in np_.attribute if a.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
         name = _printable(np_.name or f"{np_.op_type}_{np_.output[0] if np_.output else ''}")
         node = Node(name=subgraph_path + name, op_type=np_.op_type, domain=np_.domain or "", attrs=attrs,
-                    opset=self.opsets.get("" if np_.domain in ("", "ai.onnx") else np_.domain), subgraph_path=subgraph_path)
+                    opset=self.opsets.get(_domain(np_.domain)), subgraph_path=subgraph_path)
         _attach_source(node, np_)
         node.bodies = {a.name: a.g for a in np_.attribute if a.type == onnx.AttributeProto.GRAPH}
         for iname in np_.input:
