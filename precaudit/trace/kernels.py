@@ -129,8 +129,9 @@ def _layernorm(node, args, ctx):
     centred = r(x - mean)
     var = r(np.mean(r(centred * centred), axis=axes, keepdims=True))
     eps = r(np.asarray(node.attr("epsilon", 1e-5), dtype=x.dtype))
-    inv_std = r(1.0 / r(np.sqrt(r(var + eps))))
-    y = centred / r(np.sqrt(r(var + eps)))
+    std = r(np.sqrt(r(var + eps)))
+    inv_std = r(1.0 / std)
+    y = centred / std
     y = y * scale
     return [y + bias if bias is not None else y, mean, inv_std]  # Mean and InvStdDev: optional outputs
 

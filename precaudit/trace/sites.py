@@ -84,6 +84,7 @@ def op_sites(probes: Probes, resolver: DtypeResolver, samples: int, stats: dict[
         if s.elements == 0 or dtype is None:
             continue
         n = s.elements
+        watched = node.input(WATCHED_INPUT[node.op_type])
         facts: dict[str, Any] = {
             "op": node.op_type, "input_op": feeding_op(node.input(0)), "in_norm_chain": id(node) in probes.claimed,
             "selected_by_where": selected_by_where_only(node), "samples": samples,
@@ -91,9 +92,9 @@ def op_sites(probes: Probes, resolver: DtypeResolver, samples: int, stats: dict[
             "zero_fraction": s.zero / n, "negative_fraction": s.negative / n, "ref_zero_fraction": s.ref_zero / n,
             "ref_negative_fraction": s.ref_negative / n,
             "output_nonfinite_fraction": s.output_nonfinite / n,
-            "input_rel_error": _relative_error(stats.get(id(node.input(WATCHED_INPUT[node.op_type])))),
+            "input_rel_error": _relative_error(stats.get(id(watched))),
             # its error then passed through that op, and was judged at its input already
-            "input_from_sensitive_op": feeding_op(node.input(WATCHED_INPUT[node.op_type])) in _SENSITIVE,
+            "input_from_sensitive_op": feeding_op(watched) in _SENSITIVE,
             **dtype_facts(dtype, resolver)}
         sites.append(Site("traced_op", node, facts))
     return sites
