@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, fields
 
 from . import __version__
 from .errors import InputError
+from .files import MiB, read_text, write_new
 from .finding import Finding
 
 __all__ = ["BaselineEntry", "BaselineMatch", "write_baseline", "read_baseline", "apply_baseline"]
@@ -41,32 +42,35 @@ class BaselineMatch:
     stale: list[BaselineEntry] = field(default_factory=list)
 
 
-def write_baseline(path: str, findings: list[Finding]) -> None:
+def write_baseline(path: str, findings: list[Finding], may_replace: tuple[str, ...] = ()) -> None:
     """Write every finding as accepted, sorted so the file diffs cleanly in review."""
     entries = sorted((BaselineEntry.of(f) for f in findings), key=lambda e: (e.model, e.rule_id, e.node_name, e.fingerprint))
     doc = {"format": _FORMAT, "tool_version": __version__, "findings": [vars(e) for e in entries]}
-    try:
-        Path(path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise InputError(path, f"cannot write the baseline: {exc.strerror or exc}") from None
+    # Refreshing the baseline in place is allowed (the CLI passes it as may_replace); any other input is not.
+    write_new(path, json.dumps(doc, indent=2) + "\n", may_replace, what="the baseline")
+
+
+_MAX_BASELINE_BYTES = 256 * MiB
 
 
 def read_baseline(path: str) -> list[BaselineEntry]:
+    if not os.path.lexists(path):
+        raise InputError(path, "no such baseline file (create it with --write-baseline)")
+    text = read_text(path, _MAX_BASELINE_BYTES, what="the baseline")
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, "no such baseline file (create it with --write-baseline)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"cannot read the baseline: {exc}") from None
+        doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(path, f"not a precaudit baseline: invalid JSON: {exc.msg}", exc.lineno) from None
+    except RecursionError:
+        raise InputError(path, "not a precaudit baseline: JSON nested too deep") from None
     if not isinstance(doc, dict) or doc.get("format") != _FORMAT or not isinstance(doc.get("findings"), list):
         raise InputError(path, f"not a precaudit baseline (expected \"format\": \"{_FORMAT}\" and a \"findings\" list)")
-    try:
-        return [BaselineEntry(**entry) for entry in doc["findings"]]
-    except TypeError:
-        raise InputError(path, "not a precaudit baseline: each finding needs fingerprint, rule_id, model, "
-                               "node_name and message") from None
+    keys = {f.name for f in fields(BaselineEntry)}
+    for i, entry in enumerate(doc["findings"]):
+        if not isinstance(entry, dict) or set(entry) != keys or not all(isinstance(v, str) for v in entry.values()):
+            raise InputError(path, f"not a precaudit baseline: finding {i} needs exactly the strings "
+                                   f"{', '.join(sorted(keys))}")
+    return [BaselineEntry(**entry) for entry in doc["findings"]]
 
 
 def apply_baseline(path: str, findings: list[Finding], audited_models: list[str]) -> BaselineMatch:

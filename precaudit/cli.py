@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+import warnings
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
@@ -119,6 +120,7 @@ def check(
     """Audit models against the target dtype (the default command)."""
     from .config import load_settings
     from .errors import InputError
+    from .files import check_output
 
     given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "select": _split(select),
              "ignore": _split(ignore), "preview": preview, "format": output_format and output_format.value,
@@ -132,13 +134,12 @@ def check(
         raise InputError(None, "no model given: precaudit MODEL.onnx [MORE.onnx ...] [options]")
     if statistics and settings.format != "text":
         raise InputError(None, f"--statistics prints a table; it cannot be combined with --format {settings.format}")
-    input_files = {Path(p).resolve() for p in [*models, *settings.rules, *inputs]}
-    # Rewriting the baseline in place is how it is refreshed; the report must not overwrite it.
-    baseline_file = {Path(settings.baseline).resolve()} if settings.baseline else set()
-    if output is not None and output.resolve() in input_files | baseline_file:
-        raise InputError(str(output), "refusing to write the report over one of the inputs")
-    if write_baseline is not None and Path(write_baseline).resolve() in input_files:
-        raise InputError(write_baseline, "refusing to write the baseline over one of the inputs")
+    _note_named_inputs(models, settings, inputs)
+    # Refuse early what can be known before the run; the write checks again against every file the run read.
+    if output is not None:
+        check_output(output)
+    if write_baseline is not None:  # rewriting the baseline in place is how it is refreshed
+        check_output(write_baseline, may_replace=_baseline_file(settings), what="the baseline")
     from .options import TRACE_ENGINES, TorchOptions, TraceOptions
 
     torch_options = TorchOptions(_shapes(input_shape), input_dtype, trust_pickle)
@@ -179,7 +180,7 @@ def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_ze
     kept = drop_ignored(result.findings, {r.id: r for r in rule_set}, settings.per_model_ignores,
                         settings.per_node_ignores, settings.project_root)
     if write_to is not None:
-        write_baseline(write_to, kept)
+        write_baseline(write_to, kept, may_replace=_baseline_file(settings))
         typer.echo(f"precaudit: wrote {len(kept)} finding{'s' * (len(kept) != 1)} to the baseline {write_to}", err=True)
     match = apply_baseline(settings.baseline, kept, result.models) if settings.baseline else None
     counted = match.new if match else kept
@@ -334,19 +335,59 @@ def _render(outcome: Outcome, color: bool) -> str:
     return render_text(outcome, color=color)
 
 
+def _note_named_inputs(models: list[str], settings: Settings, inputs: list[str]) -> None:
+    """Record every file named on the command line or in the config as read by this run: no output goes over one."""
+    from .files import note_read
+
+    named = [*inputs, *settings.rules, settings.baseline, settings.config_file]
+    for spec in models:  # model.py:factory reads model.py
+        named.append(spec if os.path.lexists(spec) or ":" not in spec else spec.rpartition(":")[0])
+    for item in filter(None, named):
+        path = Path(item)
+        for file in (path.glob("*.y*ml") if path.is_dir() else [path]):
+            note_read(file)
+
+
+def _baseline_file(settings: Settings) -> tuple[str, ...]:
+    return (settings.baseline,) if settings.baseline else ()
+
+
 def _write(text: str, output: Optional[Path]) -> None:
     if output is None:
-        sys.stdout.write(text)
+        _write_stdout(text)
         return
+    from .files import note_read, write_new
+
+    for module in list(sys.modules.values()):  # a factory's model.py and whatever it imported are inputs too
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str):
+            note_read(file)
+    write_new(output, text)
+
+
+def _write_stdout(text: str) -> None:
     from .errors import InputError
     try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise InputError(str(output), f"cannot write the report: {exc.strerror or exc}") from None
+        if sys.stdout is None:
+            raise OSError("standard output is closed")
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except (OSError, ValueError) as exc:
+        _silence_stdout()  # the interpreter would fail again flushing it at exit, with a second message
+        problem = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InputError("standard output", f"cannot write the report: {problem}") from None
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        sys.stdout = None
 
 
 def _color_ok(no_color: bool) -> bool:
-    return not no_color and "NO_COLOR" not in os.environ and sys.stdout.isatty()
+    return not no_color and "NO_COLOR" not in os.environ and sys.stdout is not None and sys.stdout.isatty()
 
 
 def _is_usage_error(exc: Exception) -> bool:
@@ -356,29 +397,52 @@ def _is_usage_error(exc: Exception) -> bool:
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Entry point: every failure becomes one line on stderr and exit code 2, never a traceback."""
+    from .files import start_run
+
     args = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in args
     command = typer.main.get_command(app)
+    start_run()
     try:
-        code = command.main(args=args, prog_name="precaudit", standalone_mode=False)
+        with warnings.catch_warnings():  # a library's warning would be a second stderr line; the report says it all
+            if not debug:
+                warnings.simplefilter("ignore")
+            code = command.main(args=args, prog_name="precaudit", standalone_mode=False)
     except typer.Exit as exc:
         code = exc.exit_code
     except typer.Abort:
-        typer.echo("precaudit: aborted", err=True)
+        _error("aborted")
         code = EXIT_ERROR
-    except Exception as exc:  # usage errors, InputError and anything unexpected: one line, exit 2
+    except KeyboardInterrupt:
+        _error("interrupted")
+        code = EXIT_ERROR
+    except BaseException as exc:  # usage errors, InputError, a library's sys.exit, anything unexpected: one line
         from .errors import InputError
         if debug:
             traceback.print_exc()
         if _is_usage_error(exc):
-            exc.show()
+            _error(f"{_one_line(exc.format_message())} (precaudit --help shows the usage)")
         elif isinstance(exc, InputError):
-            typer.echo(f"precaudit: {exc}", err=True)
+            _error(str(exc))
+        elif isinstance(exc, SystemExit):
+            _error(f"internal error: something called exit({exc.code!r}) (rerun with --debug for a traceback)")
         else:
-            typer.echo(f"precaudit: internal error: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)",
-                       err=True)
+            _error(f"internal error: {type(exc).__name__}: {_one_line(str(exc))} (rerun with --debug for a traceback)")
         code = EXIT_ERROR
     code = EXIT_CLEAN if code is None else int(code)
     if argv is None:
         sys.exit(code)
     return code
+
+
+def _error(message: str) -> None:
+    """One line on stderr; a stderr that cannot be written to is not worth a second failure."""
+    try:
+        sys.stderr.write(f"precaudit: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -14,6 +14,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from .dtypes import format_named
 from .errors import InputError
+from .files import MiB, read_text
 
 __all__ = ["Settings", "find_config", "load_settings", "FAIL_ON", "FORMATS"]
 
@@ -91,14 +92,17 @@ def _key(name: str) -> str:
     return name.replace("_", "-")
 
 
+_MAX_TOML_BYTES = 16 * MiB
+
+
 def _read_toml(path: Path) -> dict:
+    text = read_text(path, _MAX_TOML_BYTES, _display(path))
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(_display(path), f"invalid TOML: {exc}") from None
-    except OSError as exc:
-        raise InputError(_display(path), f"cannot read: {exc.strerror or exc}") from None
+    except RecursionError:
+        raise InputError(_display(path), "invalid TOML: nested too deep") from None
 
 
 def _validated(table: Any, path: Path) -> dict[str, Any]:

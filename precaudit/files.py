@@ -15,9 +15,85 @@ from typing import BinaryIO
 
 from .errors import InputError
 
-__all__ = ["open_regular", "read_bytes", "read_text", "check_regular", "MiB"]
+__all__ = ["open_regular", "read_bytes", "read_text", "check_regular", "MiB", "start_run", "note_read", "check_output",
+           "write_new"]
 
 MiB = 1 << 20
+
+# Every file this run read or depends on, by identity (device, inode): the report may go over none of them,
+# whatever path, hard link or symlink names it. The CLI clears it at the start of each run.
+_inputs: dict[tuple[int, int], str] = {}
+
+
+def start_run() -> None:
+    _inputs.clear()
+
+
+def note_read(path: str | os.PathLike) -> None:
+    """Record a file the run reads (or whose loss would lose the user's data, as a model's weights)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    _inputs[(st.st_dev, st.st_ino)] = str(path)
+
+
+def write_new(path: str | os.PathLike, text: str, may_replace: tuple[str | os.PathLike, ...] = (),
+              what: str = "the report") -> None:
+    """Write an output file, refusing one that is (by identity, not by name) a file this run reads.
+
+    A regular file is replaced through a temporary file and a rename, so a reader of the old file (or a hard link
+    to it) never sees half a report; other targets (/dev/stdout, a FIFO the user made) are written in place.
+    """
+    shown = str(path)
+    st = check_output(path, may_replace, what)
+    data = text.encode("utf-8", "surrogateescape")
+    try:
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            with open(path, "wb") as fh:
+                fh.write(data)
+            return
+        _replace(Path(path), data)
+    except OSError as exc:
+        raise InputError(shown, f"cannot write it: {exc.strerror or exc}") from None
+
+
+def check_output(path: str | os.PathLike, may_replace: tuple[str | os.PathLike, ...] = (),
+                 what: str = "the report") -> os.stat_result | None:
+    """Refuse an output path that is one of the run's inputs (by identity); its stat, or None if it is new."""
+    shown = str(path)
+    allowed = {_identity(p) for p in may_replace} - {None}
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise InputError(shown, f"cannot write it: {exc.strerror or exc}") from None
+    key = (st.st_dev, st.st_ino)
+    if key in _inputs and key not in allowed:
+        named = "" if _inputs[key] == shown else f" ({_inputs[key]})"
+        raise InputError(shown, f"refusing to write {what} over one of the inputs{named}")
+    return st
+
+
+def _replace(path: Path, data: bytes) -> None:
+    target = path.resolve()  # a symlinked output is written where it points, as open() would
+    tmp = target.with_name(f".{target.name}.precaudit-{os.getpid()}.tmp")
+    try:
+        with open(tmp, "xb") as fh:
+            fh.write(data)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _identity(path: str | os.PathLike) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _kind(mode: int) -> str:
@@ -59,9 +135,11 @@ def open_regular(path: str | os.PathLike, shown: str | None = None) -> BinaryIO:
     except OSError as exc:
         raise InputError(shown, f"cannot open it: {exc.strerror or exc}") from None
     try:
-        mode = os.fstat(fd).st_mode
+        st = os.fstat(fd)
+        mode = st.st_mode
         if not stat.S_ISREG(mode):
             raise InputError(shown, f"is {_kind(mode)}, not a regular file; precaudit reads only regular files")
+        _inputs[(st.st_dev, st.st_ino)] = str(path)
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")

@@ -32,3 +32,31 @@ def assert_traced_alike(model: Path | str, out_dir: Path) -> list[tuple[str, str
             assert report["trace"][0]["nodes"]["numpy"] == 0
     assert found["onnxruntime"] == found["numpy"]
     return found["onnxruntime"]
+
+
+_BOUNDED = """
+import resource, sys
+from precaudit.cli import main
+code = main(sys.argv[2:])
+with open(sys.argv[1], "w") as fh:
+    fh.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+sys.exit(code)
+"""
+
+
+def run_cli_process(args: list[str], tmp_path: Path, timeout: float = 120, **popen) -> tuple[int, str, str, float]:
+    """Run precaudit in a child process: exit code, stdout, stderr and the child's peak RSS in MB.
+
+    A child catches what an in-process run cannot: a hang (the timeout fails the test), memory (its own peak), a
+    write to a real file descriptor, an exit from deep inside a library.
+    """
+    import subprocess
+    import sys
+
+    rss_file = tmp_path / "peak_rss.txt"
+    rss_file.unlink(missing_ok=True)
+    popen.setdefault("stdout", subprocess.PIPE)
+    proc = subprocess.run([sys.executable, "-c", _BOUNDED, str(rss_file), *map(str, args)], stderr=subprocess.PIPE,
+                          text=True, timeout=timeout, cwd=Path(__file__).resolve().parent.parent, **popen)
+    peak = int(rss_file.read_text()) / 1024 if rss_file.exists() else float("nan")
+    return proc.returncode, proc.stdout or "", proc.stderr, peak

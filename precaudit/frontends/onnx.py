@@ -10,11 +10,12 @@ from typing import Callable
 import numpy as np
 import onnx
 import onnx.inliner
-from onnx import numpy_helper
 
 from ..dtypes import format_of_onnx_type
 from ..errors import InputError
+from ..files import open_regular
 from ..ir import Graph, Node, Value
+from .onnx_data import element_count, tensor_loader
 from .source import user_frame
 
 __all__ = ["load_onnx"]
@@ -80,18 +81,28 @@ def _exporter(model: onnx.ModelProto) -> str:
     return model.producer_name
 
 
+# protobuf cannot parse a message above 2 GiB: a bigger file is not a model (its weights belong in external data)
+_MAX_MODEL_BYTES = 2 << 30
+
+
 def _read_model(path: str) -> onnx.ModelProto:
-    p = Path(path)
-    if not p.exists():
-        raise InputError(path, "no such file")
-    if p.is_dir():
-        raise InputError(path, "is a directory, not an ONNX model file")
+    with open_regular(path) as fh:
+        if os.fstat(fh.fileno()).st_size > _MAX_MODEL_BYTES:
+            raise InputError(path, "is larger than 2 GiB, the most an ONNX file can hold (weights above that live "
+                                   "in external data files)")
+        data = fh.read()
     try:
-        model = onnx.load(str(p), load_external_data=False)
+        return _parse_model(data)
+    except InputError as exc:
+        raise InputError(path, exc.problem) from None
     except Exception as exc:
-        raise InputError(path, f"not a readable ONNX model ({type(exc).__name__}: {_first_line(exc)})") from exc
+        raise InputError(path, f"not a readable ONNX model ({type(exc).__name__}: {_first_line(exc)})") from None
+
+
+def _parse_model(data: bytes) -> onnx.ModelProto:
+    model = onnx.load_model_from_string(data)
     if not model.HasField("graph") or not model.graph.node and not model.graph.input:
-        raise InputError(path, "not an ONNX model: the file parses but holds no graph")
+        raise InputError(None, "not an ONNX model: the file parses but holds no graph")
     return model
 
 
@@ -157,33 +168,12 @@ class _Builder:
 
     def _initializer_value(self, init: onnx.TensorProto) -> Value:
         value = Value(name=init.name, dtype=_dtype_name(init.data_type), shape=tuple(init.dims))
-        value.const_size = int(np.prod(init.dims)) if init.dims else 1
+        what = f"initializer '{init.name}'"
+        value.const_size = element_count(init.dims, self.path, what)
         external = init.data_location == onnx.TensorProto.EXTERNAL
-        value.const_origin = f"initializer '{init.name}'" + (" (external data)" if external else "")
-        value.const_loader = (lambda: self._read_external(init)) if external else (lambda: numpy_helper.to_array(init))
+        value.const_origin = what + (" (external data)" if external else "")
+        value.const_loader = tensor_loader(init, self.path, self.model_dir, what)
         return value
-
-    def _read_external(self, init: onnx.TensorProto) -> np.ndarray:
-        info = {e.key: e.value for e in init.external_data}
-        location = info.get("location", "")
-        target = (self.model_dir / location).resolve()
-        if os.path.isabs(location) or self.model_dir not in target.parents:
-            raise InputError(self.path, f"initializer '{init.name}': external data path {location!r} leaves the model's folder")
-        if not target.is_file():
-            raise InputError(self.path, f"initializer '{init.name}': external data file {location!r} not found")
-        offset = int(info.get("offset", 0))
-        length = int(info["length"]) if "length" in info else target.stat().st_size - offset
-        with open(target, "rb") as f:
-            f.seek(offset)
-            raw = f.read(length)
-        if len(raw) != length:
-            raise InputError(self.path, f"initializer '{init.name}': external data file {location!r} is truncated")
-        inline = onnx.TensorProto()
-        inline.CopyFrom(init)
-        del inline.external_data[:]
-        inline.data_location = onnx.TensorProto.DEFAULT
-        inline.raw_data = raw
-        return numpy_helper.to_array(inline)
 
     def _node(self, np_: onnx.NodeProto, scope: dict[str, Value], subgraph_path: str) -> Node:
         attrs = {a.name: _attr_value(a) for a in np_.attribute if a.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
@@ -197,8 +187,11 @@ class _Builder:
                 node.inputs.append(None)
                 continue
             value = scope.get(iname)
-            if value is None:  # an input the graph never defines; keep the link so the audit can go on
-                value = scope[iname] = self._value(iname)
+            if value is None:
+                # Auditing around the gap would judge nodes by a dtype and a producer nobody can know; say so.
+                raise InputError(self.path, f"the graph is invalid: node '{node.name}' ({node.op_type}) reads "
+                                            f"'{iname}', which no graph input, initializer or earlier node defines "
+                                            "(a cycle, nodes out of topological order, or a missing value)")
             value.consumers.append(node)
             node.inputs.append(value)
         for oname in np_.output:
@@ -208,18 +201,18 @@ class _Builder:
             if oname:
                 scope[oname] = value
         if np_.op_type == "Constant" and node.outputs:
-            _make_constant(node, np_)
+            _make_constant(node, np_, self.path, self.model_dir)
         return node
 
 
-def _make_constant(node: Node, np_: onnx.NodeProto) -> None:
+def _make_constant(node: Node, np_: onnx.NodeProto, path: str, model_dir: Path) -> None:
     out = node.outputs[0]
     attr = next((a for a in np_.attribute), None)
     if attr is None:
         return
     loader: Callable[[], np.ndarray]
     if attr.name == "value":
-        loader = lambda: numpy_helper.to_array(attr.t)  # noqa: E731
+        loader = tensor_loader(attr.t, path, model_dir, f"Constant node '{node.name}'")
         out.dtype = out.dtype or _dtype_name(attr.t.data_type)
     elif attr.name in ("value_float", "value_floats"):
         loader = lambda: np.asarray(onnx.helper.get_attribute_value(attr), dtype=np.float32)  # noqa: E731
@@ -231,7 +224,7 @@ def _make_constant(node: Node, np_: onnx.NodeProto) -> None:
         return
     out.const_loader = loader
     out.const_origin = f"Constant node '{node.name}'"
-    out.const_size = int(np.prod(attr.t.dims)) if attr.name == "value" and attr.t.dims else None
+    out.const_size = element_count(attr.t.dims, path, out.const_origin) if attr.name == "value" else None
 
 
 def _attach_source(node: Node, np_: onnx.NodeProto) -> None:

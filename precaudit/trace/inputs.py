@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import zipfile
-from pathlib import Path
+import os
 
 import numpy as np
 
 from ..errors import InputError
 from ..ir import Graph, Value
+from .npz import read_npz
 
 __all__ = ["load_inputs", "synthesize_inputs", "resolve_shape", "BATCH_DEFAULT", "DIM_DEFAULT"]
 
@@ -90,16 +90,9 @@ def _table_size(value: Value) -> int | None:
 
 def load_inputs(graph: Graph, path: str, dims: dict[str, int]) -> dict[str, np.ndarray]:
     """One array per graph input, checked against the input's rank, fixed dims and kind (float / integer)."""
-    p = Path(path)
-    if not p.is_file():
+    if not os.path.lexists(path):
         raise InputError(path, "no such inputs file (--inputs expects an .npz with one array per graph input)")
-    try:
-        with np.load(p, allow_pickle=False) as data:
-            arrays = {name: data[name] for name in data.files}
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
-        raise InputError(path, f"not a readable .npz file ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
-    if not isinstance(arrays, dict):
-        raise InputError(path, "not an .npz archive: save the inputs with numpy.savez(path, name=array, ...)")
+    arrays = read_npz(path)
     names = [v.name for v in graph.inputs]
     missing = [n for n in names if n not in arrays]
     if missing:

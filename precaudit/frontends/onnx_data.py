@@ -1,0 +1,135 @@
+"""Tensor data in an ONNX file (inline or external), read only when asked and never more than its dims say.
+
+A model from a pull request may declare dims whose product wraps a 64-bit count, an external `length` of 2^62, an
+`offset` of -4 or "abc", a data file that is a link to /dev/zero, or bytes that disagree with the dims. Sizes are
+computed with Python integers (no wrap-around), every external read is exactly dims × itemsize bytes from a regular
+file inside the model's folder, and any mismatch is one InputError naming the model and the tensor.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ..errors import InputError
+from ..files import note_read, open_regular
+
+__all__ = ["element_count", "tensor_loader"]
+
+_T = onnx.TensorProto
+# Types stored several to a byte: bits per element.
+_PACKED_BITS = {_T.INT4: 4, _T.UINT4: 4, _T.FLOAT4E2M1: 4}
+for _name, _bits in (("INT2", 2), ("UINT2", 2)):
+    if hasattr(_T, _name):
+        _PACKED_BITS[getattr(_T, _name)] = _bits
+
+
+def element_count(dims, path: str, what: str) -> int:
+    """The number of elements the dims declare, exactly (no 64-bit wrap); a negative dim is an error."""
+    dims = [int(d) for d in dims]
+    if any(d < 0 for d in dims):
+        raise InputError(path, f"{what} has a negative dim {dims}")
+    return math.prod(dims)
+
+
+def tensor_loader(tensor: onnx.TensorProto, path: str, model_dir: Path, what: str) -> Callable[[], np.ndarray]:
+    """A function that returns the tensor's data, read only when it is called.
+
+    What can be checked without reading the data is checked now, so a static audit refuses a broken model too:
+    dims against the inline bytes, an external entry's path, offset and length. A missing external file is not
+    an error until its data is needed: a static audit of a model whose weights were never downloaded still works.
+    """
+    if tensor.data_location == _T.EXTERNAL:
+        target, _, _ = _external_entry(tensor, path, model_dir, what)
+        note_read(target)  # weights a static audit never reads are still the user's: never write over them
+        return lambda: _external(tensor, path, model_dir, what)
+    count = element_count(tensor.dims, path, what)
+    if tensor.raw_data and tensor.data_type not in (_T.STRING, _T.UNDEFINED):
+        _check_raw(tensor, _byte_count(tensor, count, path, what), path, what)
+    return lambda: _to_array(tensor, path, what)
+
+
+def _check_raw(tensor: onnx.TensorProto, expected: int, path: str, what: str) -> None:
+    if len(tensor.raw_data) != expected:
+        raise InputError(path, f"{what}: dims {list(tensor.dims)} need {expected} bytes of data, "
+                               f"the file holds {len(tensor.raw_data)}")
+
+
+def _to_array(tensor: onnx.TensorProto, path: str, what: str) -> np.ndarray:
+    count = element_count(tensor.dims, path, what)
+    if tensor.raw_data and tensor.data_type not in (_T.STRING, _T.UNDEFINED):
+        _check_raw(tensor, _byte_count(tensor, count, path, what), path, what)
+    try:
+        return numpy_helper.to_array(tensor)
+    except Exception as exc:  # typed fields that disagree with the dims, an unknown data type
+        raise InputError(path, f"{what}: its data does not match its dims and type ({_first_line(exc)})") from None
+
+
+def _byte_count(tensor: onnx.TensorProto, count: int, path: str, what: str) -> int:
+    bits = _PACKED_BITS.get(tensor.data_type)
+    if bits is not None:
+        return (count * bits + 7) // 8
+    try:
+        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    except Exception:
+        raise InputError(path, f"{what} has an unknown data type {tensor.data_type}") from None
+    return count * itemsize
+
+
+def _external_entry(tensor: onnx.TensorProto, path: str, model_dir: Path, what: str) -> tuple[Path, int, int]:
+    """The external data file (inside the model's folder), offset and byte count; refused when they disagree."""
+    info = {e.key: e.value for e in tensor.external_data}
+    location = info.get("location", "")
+    target = (model_dir / location).resolve()
+    if not location:
+        raise InputError(path, f"{what}: external data entry has no location")
+    if os.path.isabs(location) or model_dir not in target.parents:
+        raise InputError(path, f"{what}: external data path {location[:200]!r} leaves the model's folder")
+    offset = _non_negative(info, "offset", path, what)
+    expected = _byte_count(tensor, element_count(tensor.dims, path, what), path, what)
+    if "length" in info and _non_negative(info, "length", path, what) != expected:
+        raise InputError(path, f"{what}: external data length {info['length'][:40]} disagrees with dims "
+                               f"{list(tensor.dims)} ({expected} bytes)")
+    return target, offset, expected
+
+
+def _external(tensor: onnx.TensorProto, path: str, model_dir: Path, what: str) -> np.ndarray:
+    target, offset, expected = _external_entry(tensor, path, model_dir, what)
+    location = target.name
+    with open_regular(target, f"{path}: {what}: external data file {location!r}") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if offset + expected > size:
+            raise InputError(path, f"{what}: external data file {location!r} holds {size} bytes, fewer than "
+                                   f"offset {offset} + {expected} bytes")
+        fh.seek(offset)
+        raw = fh.read(expected)
+    if len(raw) != expected:  # the file shrank while being read
+        raise InputError(path, f"{what}: external data file {location!r} is truncated")
+    inline = onnx.TensorProto()
+    inline.CopyFrom(tensor)
+    del inline.external_data[:]
+    inline.data_location = _T.DEFAULT
+    inline.raw_data = raw
+    return _to_array(inline, path, what)
+
+
+def _non_negative(info: dict[str, str], key: str, path: str, what: str) -> int:
+    text = info.get(key, "0")
+    try:
+        number = int(text)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise InputError(path, f"{what}: external data {key} {text[:40]!r} is not a non-negative integer")
+    return number
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
