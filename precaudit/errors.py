@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from .escape import printable
+
 __all__ = ["InputError"]
 
 
 class InputError(Exception):
-    """Bad input from the user: an unreadable model, a broken rule file, a bad option value."""
+    """Bad input from the user: an unreadable model, a broken rule file, a bad option value.
+
+    file and problem stay as given (the JSON report carries them raw); str() is the one line users read, with
+    everything in it escaped: the problem may quote a name from the model, and the file is a path the user
+    typed, which may itself hold a newline.
+    """
 
     def __init__(self, file: str | None, problem: str, line: int | None = None):
         self.file = file
@@ -18,4 +25,4 @@ class InputError(Exception):
         where = self.file or ""
         if self.file and self.line:
             where += f":{self.line}"
-        return f"{where}: {self.problem}" if where else self.problem
+        return printable(f"{where}: {self.problem}" if where else self.problem)
