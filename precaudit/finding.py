@@ -37,7 +37,11 @@ def _key_of_resolved(resolved: Path) -> str:
 
 @dataclass
 class Finding:
-    """One rule firing at one site."""
+    """One rule firing at one site.
+
+    Names, paths and messages are raw, as the model spells them (JSON and SARIF carry them so); a report for
+    people prints report.locations.shown(finding), the copy with every string escaped by escape.printable.
+    """
 
     rule_id: str
     rule_name: str
@@ -55,10 +59,14 @@ class Finding:
 
     @property
     def fingerprint(self) -> str:
-        """Stable across re-exports: rule, model path and where (scope or node name), never a node index."""
+        """Stable across re-exports: rule, model path and where (scope or node name), never a node index.
+
+        Names are hashed as the model spells them, raw: surrogatepass lets a lone surrogate (a path with bytes that
+        are not UTF-8) hash too, and changes no other string's bytes.
+        """
         where = self.scope or self.node_name
         key = "|".join([self.rule_id, model_key(self.model), where, str(self.values.get("eps"))])
-        return hashlib.sha256(key.encode()).hexdigest()[:16]
+        return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
