@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .locations import full_message, relative_path
+from ..escape import printable
+from .locations import full_message, relative_path, shown
 from .outcome import Outcome
 from .text import summary_line
 
@@ -12,16 +13,23 @@ _COMMANDS = {"error": "error", "warning": "warning", "info": "notice"}
 
 
 def render_github(outcome: Outcome) -> str:
-    """Annotations GitHub shows on the pull request, then the summary as a plain log line."""
+    """Annotations GitHub shows on the pull request, then the summary as a plain log line.
+
+    Each annotation is one line: names are escaped (escape.printable) as in the text report, then the workflow
+    command's own escaping keeps a % or a line break from ending or forging a command.
+    """
     lines = []
     for f in outcome.result.findings:
         # A PyTorch finding is annotated on its Python line; an ONNX finding on line 1 of the model file.
         path, line = (f.source_file, f.source_line or 1) if f.source_file else (f.model, 1)
-        props = {"file": relative_path(path, outcome.root), "line": str(line), "title": f"{f.rule_id} {f.rule_name}"}
-        lines.append(_command(_COMMANDS[f.severity], props, full_message(f)))
+        g = shown(f)
+        props = {"file": printable(relative_path(path, outcome.root)), "line": str(line),
+                 "title": f"{g.rule_id} {g.rule_name}"}
+        lines.append(_command(_COMMANDS[f.severity], props, full_message(g)))
     for e in outcome.result.errors:
-        props = {"file": relative_path(e.file, outcome.root)} if e.file else {}
-        lines.append(_command("error", {**props, "title": "precaudit could not audit this model"}, e.problem))
+        props = {"file": printable(relative_path(e.file, outcome.root))} if e.file else {}
+        props["title"] = "precaudit could not audit this model"
+        lines.append(_command("error", props, printable(e.problem)))
     lines.append(summary_line(outcome.result))
     return "\n".join(lines) + "\n"
 

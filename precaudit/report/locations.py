@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+from ..escape import printable
 from ..finding import Finding
 
-__all__ = ["repo_root", "relative_path", "node_phrase", "full_message"]
+__all__ = ["repo_root", "relative_path", "node_phrase", "full_message", "shown"]
 
 
 def repo_root(start: Path | None = None) -> Path:
@@ -22,6 +24,20 @@ def relative_path(path: str, root: Path) -> str:
         return resolved.relative_to(root).as_posix()
     except ValueError:
         return resolved.as_posix()
+
+
+def shown(f: Finding) -> Finding:
+    """The finding as reports for people print it: every string field and string value escaped (escape.printable).
+
+    Names, scopes, paths, op types and the messages that quote them all come from the model; escaping the copy a
+    renderer prints from, rather than field by field, leaves no field for a new line of a report to forget.
+    Paths still to be resolved (relative_path) and the fingerprint must come from the raw finding.
+    """
+    changes = {fld.name: printable(value) for fld in dataclasses.fields(f)
+               if isinstance(value := getattr(f, fld.name), str)}
+    changes["values"] = {k: printable(v) if isinstance(v, str) else v for k, v in f.values.items()}
+    changes["references"] = [printable(r) for r in f.references]
+    return dataclasses.replace(f, **changes)
 
 
 def node_phrase(f: Finding) -> str:

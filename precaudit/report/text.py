@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections import Counter
 
 from ..audit import AuditResult
+from ..escape import printable
 from ..finding import SEVERITIES
-from .locations import node_phrase
+from .locations import node_phrase, shown
 from .outcome import Outcome
 
 __all__ = ["render_text", "render_statistics", "summary_line"]
@@ -15,7 +16,11 @@ _COLORS = {"error": "31", "warning": "33", "info": "36"}
 
 
 def render_text(outcome: Outcome, color: bool = False) -> str:
-    """The report a person reads in a terminal or a CI log."""
+    """The report a person reads in a terminal or a CI log.
+
+    Every string from a model or a path is escaped (escape.printable) before it is painted or joined, so each
+    line below is one line, and the only escape sequences are the colors painted here.
+    """
     def paint(text: str, code: str) -> str:
         return f"\033[{code}m{text}\033[0m" if color else text
 
@@ -25,8 +30,8 @@ def render_text(outcome: Outcome, color: bool = False) -> str:
         findings = [f for f in result.findings if f.model == model]
         if not findings:
             continue
-        lines.append(paint(f"{model}", "1") + f"  (--dtype {outcome.settings['dtype']})")
-        for f in findings:
+        lines.append(paint(printable(model), "1") + f"  (--dtype {outcome.settings['dtype']})")
+        for f in map(shown, findings):
             where = node_phrase(f)
             if f.source_file:
                 where = f"{f.source_file}:{f.source_line}  " + where
@@ -46,8 +51,8 @@ def render_statistics(outcome: Outcome) -> str:
     """--statistics: one line per rule with its count, most frequent first, then the summary."""
     counts = Counter((f.rule_id, f.rule_name, f.severity) for f in outcome.result.findings)
     rows = sorted(counts.items(), key=lambda item: (-item[1], item[0][0]))
-    width = max((len(name) for (_, name, _), _ in rows), default=0)
-    lines = [f"{n:>5}  {rule_id:<6} {name:<{width}}  {severity}" for (rule_id, name, severity), n in rows]
+    width = max((len(printable(name)) for (_, name, _), _ in rows), default=0)
+    lines = [f"{n:>5}  {rule_id:<6} {printable(name):<{width}}  {severity}" for (rule_id, name, severity), n in rows]
     return "\n".join([*lines, *_trace_lines(outcome.result), summary_line(outcome.result),
                       *_hidden_lines(outcome)]) + "\n"
 
@@ -74,12 +79,13 @@ def _hidden_lines(outcome: Outcome) -> list[str]:
         for e in match.stale:
             lines.append(f"stale baseline entry: {e.rule_id} at {e.model} node '{e.node_name}' no longer found; "
                          f"rewrite the baseline with --write-baseline {match.file}")
-    return lines
+    return [printable(line) for line in lines]  # the baseline file's path and entries: as hostile as a model
 
 
 def _trace_lines(result: AuditResult) -> list[str]:
     """What each traced run was fed and what ran it: traced findings hold for these inputs only."""
-    return [f"traced {model}: {run.describe()}" for model, run in result.traces.items()]
+    # the model's path, the inputs files' paths and the model's input names
+    return [printable(f"traced {model}: {run.describe()}") for model, run in result.traces.items()]
 
 
 def _count(n: int, noun: str) -> str:
