@@ -1,4 +1,9 @@
-"""The JSON report: schema_version, tool, settings, results, errors and a summary (see schemas/)."""
+"""The JSON report: schema_version, tool, settings, results, errors and a summary (see schemas/).
+
+Names are data here: node and initializer names, scopes, paths and messages are carried as the model spells
+them, control characters and all (json.dumps escapes those), so a script can match them exactly. Whoever
+prints them to a terminal escapes them (precaudit.escape.printable does it for the text reports).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import math
 from dataclasses import asdict
 
 from .. import __version__
+from ..escape import encodable
 from ..finding import SEVERITIES
 from .outcome import Outcome
 
@@ -42,11 +48,16 @@ def render_json(outcome: Outcome) -> str:
 
 
 def _strict(value):
-    """Plain JSON: inf and nan (an eps that overflowed) become the strings "inf", "-inf", "nan"."""
+    """Plain JSON: inf and nan (an eps that overflowed) become the strings "inf", "-inf", "nan", and a lone
+    surrogate (a path with bytes that are not UTF-8) is written as the visible text \\udcxx, not as a JSON escape
+    that strict parsers and I-JSON reject.
+    """
     if isinstance(value, dict):
-        return {k: _strict(v) for k, v in value.items()}
-    if isinstance(value, list):
+        return {_strict(k): _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
         return [_strict(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
+    if isinstance(value, str):
+        return encodable(value)
     return value

@@ -1,4 +1,8 @@
-"""SARIF 2.1.0 for GitHub code scanning: one run, the rules that ran, one result per finding."""
+"""SARIF 2.1.0 for GitHub code scanning: one run, the rules that ran, one result per finding.
+
+Locations and properties carry names raw, as data (as the JSON report does); message texts are what viewers
+show people, so they are escaped (escape.printable) as in the text report.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from .. import __version__
 from ..finding import Finding
 from ..rules.loader import Rule
 from .json import _strict
-from .locations import full_message, relative_path
+from .locations import full_message, relative_path, shown
 from .rule_docs import placeholders
 from .outcome import Outcome
 
@@ -31,7 +35,7 @@ def sarif_document(outcome: Outcome) -> dict:
         "invocations": [{
             "executionSuccessful": not outcome.result.errors,
             "exitCode": outcome.exit_code,
-            "toolExecutionNotifications": [{"level": "error", "message": {"text": str(e)}}
+            "toolExecutionNotifications": [{"level": "error", "message": {"text": str(e)}}  # str(): escaped
                                            for e in outcome.result.errors],
         }],
     }
@@ -81,7 +85,7 @@ def _result(f: Finding, index: dict[str, int], outcome: Outcome) -> dict:
         "ruleId": f.rule_id,
         "ruleIndex": index[f.rule_id],
         "level": _LEVELS[f.severity],
-        "message": {"text": full_message(f)},
+        "message": {"text": full_message(shown(f))},
         "locations": [_location(f, outcome)],
         "partialFingerprints": {FINGERPRINT_KEY: f.fingerprint},
         "properties": {"model": f.model, "values": f.values},
