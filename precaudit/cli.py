@@ -164,6 +164,7 @@ def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_ze
     """Select rules, audit, drop ignored and baselined findings, and decide the exit code."""
     from .audit import AuditResult, audit_models
     from .baseline import apply_baseline, write_baseline
+    from .escape import printable
     from .finding import severity_rank
     from .report.locations import repo_root
     from .report.outcome import Outcome
@@ -181,7 +182,8 @@ def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_ze
                         settings.per_node_ignores, settings.project_root)
     if write_to is not None:
         write_baseline(write_to, kept, may_replace=_baseline_file(settings))
-        typer.echo(f"precaudit: wrote {len(kept)} finding{'s' * (len(kept) != 1)} to the baseline {write_to}", err=True)
+        typer.echo(f"precaudit: wrote {len(kept)} finding{'s' * (len(kept) != 1)} to the baseline "
+                   f"{printable(write_to)}", err=True)
     match = apply_baseline(settings.baseline, kept, result.models) if settings.baseline else None
     counted = match.new if match else kept
 
@@ -261,6 +263,7 @@ def match(
     from .analysis.compute_dtype import DtypeResolver
     from .audit import load_graph
     from .config import load_settings
+    from .escape import printable
     from .rules.match_trace import trace_rule
 
     given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules)}
@@ -269,9 +272,9 @@ def match(
     target = _target(settings)
     graph = load_graph(model, target=target.name)
     resolver = DtypeResolver(graph, target, settings.keep_fp32)
-    typer.echo(f"{chosen.id} {chosen.name} on {model} (--dtype {resolver.target.name})")
+    typer.echo(f"{chosen.id} {chosen.name} on {printable(model)} (--dtype {resolver.target.name})")
     for line in trace_rule(graph, resolver, chosen, node):
-        typer.echo(f"  {line}")
+        typer.echo(f"  {printable(line)}")
     return EXIT_CLEAN
 
 
@@ -445,4 +448,5 @@ def _error(message: str) -> None:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    from .escape import printable
+    return printable(" ".join(text.split("\n")).strip())

@@ -177,7 +177,7 @@ class _Builder:
 
     def _node(self, np_: onnx.NodeProto, scope: dict[str, Value], subgraph_path: str) -> Node:
         attrs = {a.name: _attr_value(a) for a in np_.attribute if a.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
-        name = _printable(np_.name or f"{np_.op_type}_{np_.output[0] if np_.output else ''}")
+        name = np_.name or f"{np_.op_type}_{np_.output[0] if np_.output else ''}"  # raw: reports escape it
         node = Node(name=subgraph_path + name, op_type=np_.op_type, domain=np_.domain or "", attrs=attrs,
                     opset=self.opsets.get(_domain(np_.domain)), subgraph_path=subgraph_path)
         _attach_source(node, np_)
@@ -240,11 +240,6 @@ def _attach_source(node: Node, np_: onnx.NodeProto) -> None:
     frame = user_frame(meta.get(_META_STACK, ""))
     if frame is not None:
         node.source_file, node.source_line = frame
-
-
-def _printable(name: str) -> str:
-    """Escape control characters: a name from the file must not inject lines or escapes into any report."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
 
 
 def _attr_value(attr: onnx.AttributeProto):

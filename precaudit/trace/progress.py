@@ -6,6 +6,8 @@ import sys
 import time
 from typing import Callable
 
+from ..escape import printable
+
 __all__ = ["progress_bar"]
 
 _WIDTH = 30
@@ -14,6 +16,7 @@ _EVERY = 0.1  # seconds between redraws: redrawing per node would cost more than
 
 def progress_bar(label: str, samples: int) -> tuple[Callable[[int, int], None], Callable[[], None]]:
     """(update, close): update(done, total) per node of the current sample; close() clears the line."""
+    label = printable(label)  # a model path is a stranger's text too
     state = {"sample": 0, "last": 0.0, "shown": False}
 
     def update(done: int, total: int) -> None:
