@@ -3,17 +3,43 @@
 Conditions are Python-like expressions (`has_eps and eps_rounded == 0`, `eps > max_eps`), parsed with
 `ast` and interpreted over a whitelist of node types. Nothing is ever passed to `eval`: no attribute access,
 no subscripts, no calls but the few functions listed in _FUNCTIONS.
+
+A rule file may come from a pull request, and a condition runs once per site (thousands of them), so every
+cost is bounded, and as much as possible when the rule is loaded rather than while it runs:
+
+- the source is at most MAX_CONDITION_CHARS long and nests brackets at most MAX_DEPTH deep, checked before
+  `ast.parse` sees it; the tree is at most MAX_DEPTH deep and has at most MAX_NODES expressions;
+- a string or list made by `*` has at most MAX_SEQUENCE items; `%` never formats a string; `**` computes in
+  floats; an integer wider than MAX_INT_BITS is computed as a float (so it overflows to inf instead of growing);
+- every part of a condition that uses no fact (`'x' * 3000000000`) is computed once at load time, so what it
+  would refuse at run time it refuses with the rule's file and line;
+- message templates hold only `{name}` and `{name:spec}` fields, at most MAX_FIELDS of them, with a format
+  spec whose width is at most MAX_WIDTH and precision at most MAX_PRECISION.
 """
 
 from __future__ import annotations
 
 import ast
 import math
+import numbers
 import operator
 import re
+from functools import lru_cache
 from typing import Any, Callable, Mapping
 
-__all__ = ["Condition", "ConditionError", "parse_condition", "render", "template_names"]
+__all__ = ["Condition", "ConditionError", "parse_condition", "render", "template_names", "check_template",
+           "MAX_CONDITION_CHARS", "MAX_DEPTH", "MAX_NODES", "MAX_SEQUENCE", "MAX_INT_BITS", "MAX_TEMPLATE_CHARS",
+           "MAX_FIELDS", "MAX_WIDTH", "MAX_PRECISION"]
+
+MAX_CONDITION_CHARS = 2000  # the longest shipped condition has 253
+MAX_DEPTH = 50              # nesting of brackets and of the expression tree (the shipped rules reach 8)
+MAX_NODES = 250             # expressions in one condition (the shipped rules have at most 33)
+MAX_SEQUENCE = 1000         # items of a list, or characters of a string, that `*` may make
+MAX_INT_BITS = 1024         # wider integers are computed as floats: they overflow to inf like any float
+MAX_TEMPLATE_CHARS = 4000   # a message or fix (the longest shipped one has 334 characters)
+MAX_FIELDS = 64             # {fields} in one message or fix
+MAX_WIDTH = 100             # the width of a field's format spec, {eps:>12.3g}
+MAX_PRECISION = 50          # and its precision
 
 
 class ConditionError(ValueError):
@@ -31,9 +57,36 @@ _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     # floats, so a rule like `10 ** 10 ** 9` overflows to inf at once instead of building a huge integer
     ast.Pow: lambda a, b: float(a) ** float(b), ast.Mod: operator.mod,
 }
-_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "abs": abs, "min": min, "max": max, "log10": math.log10, "sqrt": math.sqrt,
-    "isfinite": math.isfinite,
+_SYMBOL = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**", ast.Mod: "%"}
+
+
+def _log10(x: float) -> float:
+    if math.isnan(x) or x < 0:
+        return math.nan
+    return -math.inf if x == 0 else math.log10(x)
+
+
+def _sqrt(x: float) -> float:
+    return math.nan if math.isnan(x) or x < 0 else math.sqrt(x)
+
+
+def _extreme(pick: Callable[..., Any]) -> Callable[..., Any]:
+    def extreme(*args: Any) -> Any:
+        if len(args) == 1:  # min([a, b, c]): over the list
+            if not isinstance(args[0], list):
+                raise ConditionError(f"{pick.__name__}() of one value needs a list, got {_kind(args[0])}")
+            if not args[0]:
+                raise ConditionError(f"{pick.__name__}() of an empty list")
+            args = tuple(args[0])
+        return pick(args)
+    return extreme
+
+
+# name: (function, fewest arguments, most arguments (None: any), whether every argument must be a number)
+_FUNCTIONS: dict[str, tuple[Callable[..., Any], int, int | None, bool]] = {
+    "abs": (abs, 1, 1, True), "log10": (_log10, 1, 1, True), "sqrt": (_sqrt, 1, 1, True),
+    "isfinite": (math.isfinite, 1, 1, True), "min": (_extreme(min), 1, None, False),
+    "max": (_extreme(max), 1, None, False),
 }
 _CONSTANTS = {"None": None, "True": True, "False": False, "inf": math.inf}
 
@@ -47,11 +100,17 @@ class Condition:
         self.names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - set(_FUNCTIONS) - set(_CONSTANTS)
 
     def evaluate(self, env: Mapping[str, Any]) -> bool:
-        """True when the condition holds; a comparison with a missing fact (None) is false, and so is its negation."""
+        """True when the condition holds; a comparison with a missing fact (None) is false, and so is its negation.
+
+        A condition that cannot be computed with these facts (`eps < 'x'`, `'x' * n` with a huge n) raises
+        ConditionError saying why.
+        """
         try:
             return bool(_eval(self._tree.body, env))
         except _Undefined:
             return False
+        except (TypeError, ValueError, ArithmeticError, RecursionError, MemoryError) as exc:
+            raise ConditionError(f"cannot be computed: {_first_line(exc)}") from None
 
     def __repr__(self) -> str:
         return f"Condition({self.text!r})"
@@ -65,13 +124,59 @@ def parse_condition(text: str) -> Condition:
     """Parse and validate a condition, or raise ConditionError saying what is wrong."""
     if not isinstance(text, str) or not text.strip():
         raise ConditionError("condition must be a non-empty string")
+    text = text.strip()
+    if len(text) > MAX_CONDITION_CHARS:
+        raise ConditionError(f"condition is {len(text)} characters long; at most {MAX_CONDITION_CHARS} are allowed")
+    if _bracket_depth(text) > MAX_DEPTH:
+        raise ConditionError(f"condition nests brackets more than {MAX_DEPTH} deep")
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        tree = ast.parse(text, mode="eval")
     except SyntaxError as exc:
-        raise ConditionError(f"condition does not parse at column {exc.offset}: {text.strip()!r}") from None
+        raise ConditionError(f"condition does not parse at column {exc.offset}: {_short(text)}") from None
+    except (ValueError, RecursionError, MemoryError, OverflowError) as exc:
+        raise ConditionError(f"condition does not parse: {_first_line(exc)}") from None
+    _check_shape(tree)
     for node in ast.walk(tree):
         _check_node(node)
-    return Condition(text.strip(), tree)
+    _fold_constants(tree.body)
+    return Condition(text, tree)
+
+
+def _bracket_depth(text: str) -> int:
+    """How deep (, [ and { nest outside string literals: a cheap look before the parser recurses."""
+    depth = deepest = 0
+    quote = None
+    escaped = False
+    for char in text:
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = None
+        elif char in "'\"":
+            quote = char
+        elif char in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in ")]}":
+            depth -= 1
+    return deepest
+
+
+def _check_shape(tree: ast.Expression) -> None:
+    """At most MAX_DEPTH deep and MAX_NODES expressions, measured without recursion."""
+    stack = [(tree.body, 1)]
+    count = 0
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConditionError(f"condition nests more than {MAX_DEPTH} deep")
+        count += 1
+        if count > MAX_NODES:
+            raise ConditionError(f"condition has more than {MAX_NODES} terms")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr))
 
 
 _ALLOWED = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
@@ -87,8 +192,32 @@ def _check_node(node: ast.AST) -> None:
             raise ConditionError(f"only these functions may be called: {', '.join(sorted(_FUNCTIONS))}")
         if node.keywords:
             raise ConditionError("keyword arguments are not allowed in a condition")
+        _, fewest, most, _ = _FUNCTIONS[node.func.id]
+        if len(node.args) < fewest or most is not None and len(node.args) > most:
+            wanted = f"{fewest} argument" if fewest == most else f"at least {fewest} argument"
+            raise ConditionError(f"{node.func.id}() takes {wanted}{'s' * (fewest != 1)}, got {len(node.args)}")
     if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float, str, bool, type(None))):
-        raise ConditionError(f"constant {node.value!r} is not allowed in a condition")
+        raise ConditionError(f"constant {_short(node.value)} is not allowed in a condition")
+
+
+def _fold_constants(node: ast.AST) -> None:
+    """Compute, once, each largest part that uses no fact: what it would refuse per site, refuse it now."""
+    if not any(isinstance(n, ast.Name) and n.id not in _CONSTANTS and n.id not in _FUNCTIONS for n in ast.walk(node)):
+        if isinstance(node, (ast.Constant, ast.Name)):
+            return
+        try:
+            _eval(node, {})
+        except _Undefined:
+            pass
+        except ConditionError as exc:
+            raise ConditionError(f"condition {_short(ast.unparse(node))}: {exc}") from None
+        except (TypeError, ValueError, ArithmeticError, RecursionError, MemoryError) as exc:
+            raise ConditionError(f"condition {_short(ast.unparse(node))} cannot be computed: {_first_line(exc)}") \
+                from None
+        return
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.expr):
+            _fold_constants(child)
 
 
 def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
@@ -107,6 +236,7 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
         if isinstance(node.op, ast.Not):
             return not value
         _require(value)
+        value = _number(value, "-" if isinstance(node.op, ast.USub) else "+")
         return -value if isinstance(node.op, ast.USub) else +value
     if isinstance(node, ast.Compare):
         left = _eval(node.left, env)
@@ -121,19 +251,76 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.BinOp):
         left, right = _eval(node.left, env), _eval(node.right, env)
         _require(left, right)
-        try:
-            return _BINARY[type(node.op)](left, right)
-        except (ZeroDivisionError, OverflowError):
-            return math.inf
+        return _binary(type(node.op), left, right)
     if isinstance(node, ast.Call):
         args = [_eval(a, env) for a in node.args]
         _require(*args)
-        return _FUNCTIONS[node.func.id](*args)
+        function, _, _, numeric = _FUNCTIONS[node.func.id]
+        if numeric:
+            args = [_number(a, f"{node.func.id}()") for a in args]
+        return function(*args)
     if isinstance(node, (ast.List, ast.Tuple)):
         return [_eval(e, env) for e in node.elts]
     if isinstance(node, ast.IfExp):
         return _eval(node.body, env) if _eval(node.test, env) else _eval(node.orelse, env)
     raise ConditionError(f"'{type(node).__name__}' is not allowed in a condition")  # unreachable after parse
+
+
+def _binary(op: type, left: Any, right: Any) -> Any:
+    """One arithmetic operator, with every size bounded: no operand or result can grow without limit."""
+    symbol = _SYMBOL[op]
+    if _is_number(left) and _is_number(right):
+        left, right = _narrow(left), _narrow(right)
+        try:
+            result = _BINARY[op](left, right)
+        except (ZeroDivisionError, OverflowError):
+            return math.inf
+        return math.nan if isinstance(result, complex) else result  # (-8) ** (1/3)
+    if op is ast.Mod and isinstance(left, str):
+        raise ConditionError("string formatting with % is not allowed in a condition")
+    if op is ast.Add and type(left) is type(right) and isinstance(left, (str, list)):
+        return left + right  # no longer than its operands together, which are bounded in turn
+    if op is ast.Mult and (isinstance(left, (str, list)) and _is_int(right) or _is_int(left) and
+                           isinstance(right, (str, list))):
+        sequence, count = (left, right) if isinstance(left, (str, list)) else (right, left)
+        if count > 0 and len(sequence) * count > MAX_SEQUENCE:  # (len * count: count is at most MAX_INT_BITS wide)
+            raise ConditionError(f"repeating {_kind(sequence)} of length {len(sequence)} with * makes more "
+                                 f"than {MAX_SEQUENCE} items")
+        return sequence * count
+    raise ConditionError(f"cannot compute {_kind(left)} {symbol} {_kind(right)}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real)  # Python's and numpy's ints and floats, and booleans
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral)
+
+
+def _narrow(value: int | float) -> int | float:
+    """An integer wider than MAX_INT_BITS as a float: ±inf (so arithmetic on it costs what a float costs)."""
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+        return math.inf if value > 0 else -math.inf
+    return value
+
+
+def _number(value: Any, where: str) -> int | float:
+    if not _is_number(value):
+        raise ConditionError(f"{where} needs a number, got {_kind(value)}")
+    return _narrow(value)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, numbers.Real):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return f"a {type(value).__name__}"
 
 
 def _truthy(node: ast.AST, env: Mapping[str, Any]) -> bool:
@@ -148,7 +335,22 @@ def _require(*values: Any) -> None:
         raise _Undefined()
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return _short(text.splitlines()[0] if text else type(exc).__name__, quote=False)
+
+
+def _short(value: Any, quote: bool = True, limit: int = 80) -> str:
+    text = repr(value) if quote else str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ---------------------------------------------------------------- message templates
+
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::([^{}]*))?\}")
+# [[fill]align][sign][z][#][0][width][grouping][.precision][type], as format() reads it
+_SPEC = re.compile(r"(?:[^{}]?[<>=^])?[-+ ]?z?#?0?(?P<width>[0-9]*)[_,]?(?:\.(?P<precision>[0-9]+))?"
+                   r"[bcdeEfFgGnosxX%]?")
 
 
 def template_names(template: str) -> set[str]:
@@ -156,17 +358,101 @@ def template_names(template: str) -> set[str]:
     return {m.group(1) for m in _FIELD.finditer(template)}
 
 
+def check_template(template: str, what: str = "message") -> set[str]:
+    """Validate a message template and return the names it refers to; ConditionError says what is wrong.
+
+    Only `{name}` and `{name:spec}` fields: no attribute or index access (`{eps.__class__}`, `{x[0]}`), no
+    nested fields (`{eps:{width}}`), no stray braces, and a spec with a bounded width and precision.
+    """
+    if len(template) > MAX_TEMPLATE_CHARS:
+        raise ConditionError(f"{what} is {len(template)} characters long; at most {MAX_TEMPLATE_CHARS} are allowed")
+    names: set[str] = set()
+    fields = 0
+    pos = 0
+    while True:
+        opening = template.find("{", pos)
+        closing = template.find("}", pos)
+        if closing != -1 and (opening == -1 or closing < opening):
+            raise ConditionError(f"{what} has a '}}' that closes no field (at character {closing + 1})")
+        if opening == -1:
+            break
+        match = _FIELD.match(template, opening)
+        if match is None:
+            raise ConditionError(f"{what}: {_describe_bad_field(template, opening)}")
+        spec = match.group(2)
+        if spec is not None:
+            _check_spec(match.group(1), spec, what)
+        fields += 1
+        if fields > MAX_FIELDS:
+            raise ConditionError(f"{what} has more than {MAX_FIELDS} fields")
+        names.add(match.group(1))
+        pos = match.end()
+    return names
+
+
+def _describe_bad_field(template: str, opening: int) -> str:
+    end = template.find("}", opening)
+    shown = _short(template[opening:end + 1] if end != -1 else template[opening:opening + 40])
+    inner = template[opening + 1:end] if end != -1 else template[opening + 1:]
+    if end == -1:
+        return f"'{{' at character {opening + 1} opens a field that never closes"
+    name = re.match(r"[A-Za-z_][A-Za-z0-9_]*", inner)
+    after = inner[name.end():name.end() + 1] if name else ""
+    if "{" in inner:
+        return f"nested fields are not allowed: {shown}; a field is {{name}} or {{name:spec}}"
+    if after in (".", "["):
+        return f"field {shown} reaches into a value; a field is a plain fact name, {{name}} or {{name:spec}}"
+    if after == "!":
+        return f"field {shown} uses a conversion (!r, !s); a field is {{name}} or {{name:spec}}"
+    return f"{shown} is not a field; a field is {{name}} or {{name:spec}} (and braces cannot be written literally)"
+
+
+def _check_spec(name: str, spec: str, what: str) -> None:
+    match = _SPEC.fullmatch(spec)
+    if match is None:
+        raise ConditionError(f"{what}: {_short('{' + name + ':' + spec + '}')} has a format spec Python does not read")
+    width, precision = match.group("width"), match.group("precision")
+    if width and (len(width) > 3 or int(width) > MAX_WIDTH):
+        raise ConditionError(f"{what}: the width of {_short('{' + name + ':' + spec + '}')} is more than {MAX_WIDTH}")
+    if precision and (len(precision) > 3 or int(precision) > MAX_PRECISION):
+        raise ConditionError(f"{what}: the precision of {_short('{' + name + ':' + spec + '}')} is more than "
+                             f"{MAX_PRECISION}")
+
+
+@lru_cache(maxsize=1024)
+def _spec_ok(spec: str) -> bool:
+    try:
+        _check_spec("x", spec, "")
+    except ConditionError:
+        return False
+    return True
+
+
 def render(template: str, env: Mapping[str, Any]) -> str:
-    """Fill {name} and {name:spec} fields from env; only plain names, so no attribute or index tricks."""
+    """Fill {name} and {name:spec} fields from env; only plain names, so no attribute or index tricks.
+
+    A field check_template would refuse (an unbounded spec) is left as written.
+    """
 
     def field(match: re.Match) -> str:
-        value = env.get(match.group(1))
         spec = match.group(2) or ""
+        if spec and not _spec_ok(spec):
+            return match.group(0)
+        value = env.get(match.group(1))
         if value is None:
             return "none"
         try:
             return format(value, spec)
-        except (TypeError, ValueError):
-            return str(value)
+        except (TypeError, ValueError, OverflowError):
+            return _text(value)
 
     return _FIELD.sub(field, template)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+        return f"{'-' if value < 0 else ''}(an integer of {value.bit_length()} bits)"
+    try:
+        return str(value)
+    except (TypeError, ValueError, OverflowError):
+        return f"({type(value).__name__})"
