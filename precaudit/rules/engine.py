@@ -6,10 +6,10 @@ from typing import Any, Iterable
 
 from ..analysis.sites import Site
 from ..finding import Finding
-from .condition import render
+from .condition import ConditionError, render
 from .loader import Rule
 
-__all__ = ["apply_rules"]
+__all__ = ["apply_rules", "holds"]
 
 
 def apply_rules(rules: Iterable[Rule], sites: list[Site], model: str) -> list[Finding]:
@@ -23,9 +23,17 @@ def apply_rules(rules: Iterable[Rule], sites: list[Site], model: str) -> list[Fi
             if site.kind not in rule.sites or (rule.ops and site.node.op_type not in rule.ops):
                 continue
             env = {**site.facts, **rule.params}
-            if rule.condition.evaluate(env):
+            if holds(rule, env, site.node.name):
                 findings.append(_finding(rule, site, env, model))
     return findings
+
+
+def holds(rule: Rule, env: dict[str, Any], node_name: str) -> bool:
+    """The rule's condition on one site's facts; one that cannot be computed is an error at the condition's line."""
+    try:
+        return rule.condition.evaluate(env)
+    except ConditionError as exc:
+        raise rule.located("condition", f"condition {exc} at node {node_name!r}") from None
 
 
 def _finding(rule: Rule, site: Site, env: dict[str, Any], model: str) -> Finding:

@@ -8,6 +8,7 @@ from ..analysis.collect import collect_sites
 from ..analysis.compute_dtype import DtypeResolver
 from ..analysis.pattern import match_node
 from ..ir import Graph
+from .engine import holds
 from .loader import Rule
 
 __all__ = ["trace_rule"]
@@ -25,7 +26,7 @@ def trace_rule(graph: Graph, resolver: DtypeResolver, rule: Rule, node_glob: str
         if rule.ops and site.node.op_type not in rule.ops:
             lines.append(f"{where}: skipped, the rule applies to ops {', '.join(rule.ops)}")
             continue
-        lines.append(f"{where}: {_verdict(rule, {**site.facts, **rule.params})}")
+        lines.append(f"{where}: {_verdict(rule, {**site.facts, **rule.params}, site.node.name)}")
     if not lines:
         lines.append(f"no {' or '.join(rule.sites)} site in the graph{_glob_note(node_glob)}")
     return lines
@@ -44,15 +45,15 @@ def _trace_pattern(graph: Graph, resolver: DtypeResolver, rule: Rule, node_glob:
         elif id(node) not in matched:
             lines.append(f"{where}: matched, but the node computes in no float dtype")
         else:
-            lines.append(f"{where}: matched; {_verdict(rule, {**matched[id(node)].facts, **rule.params})}")
+            lines.append(f"{where}: matched; {_verdict(rule, {**matched[id(node)].facts, **rule.params}, node.name)}")
     if not lines:
         lines.append(f"no {' or '.join(rule.pattern.ops)} node in the graph{_glob_note(node_glob)}")
     return lines
 
 
-def _verdict(rule: Rule, env: dict) -> str:
+def _verdict(rule: Rule, env: dict, node_name: str) -> str:
     values = ", ".join(f"{name}={env.get(name)!r}" for name in sorted(rule.condition.names))
-    if rule.condition.evaluate(env):
+    if holds(rule, env, node_name):
         return f"FIRES ({values})" if values else "FIRES"
     return f"condition `{rule.condition.text}` is false with {values}"
 
