@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
+from pathlib import Path
 
 from ..errors import InputError
 from ..ir import Graph
 from ..options import TorchOptions
 
-__all__ = ["is_torch_input", "load_torch", "load_torch_for_trace"]
+__all__ = ["is_torch_input", "load_torch", "load_torch_for_trace", "torch_input_files"]
 
 _FACTORY = re.compile(r"^(?P<target>[^:]+\.py|[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_]\w*)$")
 _FILES = (".pt2", ".pt", ".pth", ".ts")
@@ -17,6 +20,53 @@ _FILES = (".pt2", ".pt", ".pth", ".ts")
 def is_torch_input(spec: str) -> bool:
     """model.py:make_model, package.module:factory, or a .pt2 / TorchScript file."""
     return spec.lower().endswith(_FILES) or bool(_FACTORY.match(spec))
+
+
+def torch_input_files(spec: str) -> list[Path]:
+    """The source files a PyTorch model spec reads, found without importing torch or running the model's code.
+
+    A .pt2/.pt file is itself; model.py:factory is model.py (what model.py imports is known only by running it);
+    package.module:factory is the module's file when its top-level package is found on sys.path without
+    importing it (find_spec of a dotted name would import the parent packages), else nothing.
+    """
+    if spec.lower().endswith(_FILES):
+        return [Path(spec)]
+    match = _FACTORY.match(spec)
+    if not match:
+        return []
+    target = match["target"]
+    if target.endswith(".py"):
+        return [Path(target)]
+    found = _module_file(target)
+    return [found] if found else []
+
+
+def _module_file(dotted: str) -> Path | None:
+    top, *rest = dotted.split(".")
+    module = sys.modules.get(dotted)
+    if module is not None:  # already imported: it says where it came from
+        file = getattr(module, "__dict__", {}).get("__file__")
+        return Path(file) if isinstance(file, str) else None
+    try:
+        spec = importlib.util.find_spec(top)  # a top-level name: searched for on sys.path, not imported
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if not rest:
+        return Path(spec.origin) if spec.has_location and spec.origin else None
+    return _submodule_file(list(spec.submodule_search_locations or []), rest)
+
+
+def _submodule_file(folders: list[str], parts: list[str]) -> Path | None:
+    """pkg/sub/mod.py or pkg/sub/mod/__init__.py, looked up on disk (a package's own __init__ may change
+    __path__ when run; that case is not followed)."""
+    for folder in folders:
+        base = Path(folder).joinpath(*parts)
+        for candidate in (base.with_name(base.name + ".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
 
 
 def load_torch(spec: str, options: TorchOptions, target: str) -> Graph:
