@@ -22,35 +22,38 @@ import tempfile
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Iterator
 
 import torch
 from torch import nn
 
 from ..errors import InputError
+from ..files import check_regular, note_read, open_regular
 from ..ir import Graph
 from ..options import TorchOptions
 from .aten_lowering import lower_exported_program
 
-__all__ = ["load_torch_graph", "load_torch_as_onnx"]
+__all__ = ["load_torch_graph", "load_torch_as_onnx", "stopped_as_error"]
 
 _CAPTURE_IN = {"fp16": torch.float16, "bf16": torch.bfloat16}
 _INPUT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64,
                  "int64": torch.int64, "int32": torch.int32}
 _EPS_ATTRS = ("eps", "variance_epsilon", "layer_norm_eps", "epsilon", "layer_norm_epsilon", "norm_eps")
+_MODEL_MODULE = "_precaudit_model_"  # sys.modules name of an imported model.py (its stem follows)
+_CAPTURE_FAILED = ("torch.export could not capture the model ({}); data-dependent control flow or unexpected inputs "
+                   "are the usual causes: return (module, inputs) from the factory or pass --input-shape, or audit "
+                   "an ONNX export instead")
 
 
 def load_torch_graph(spec: str, options: TorchOptions, target: str = "fp16") -> Graph:
     """The IR of a PyTorch model named on the command line."""
     lowered = spec.lower()
     if lowered.endswith(".pt2"):
-        graph = lower_exported_program(_load_pt2(spec, options), spec)
-    elif lowered.endswith((".pt", ".pth", ".ts")):
+        return lower_exported_program(_load_pt2(spec, options), spec)
+    if lowered.endswith((".pt", ".pth", ".ts")):
         return _load_torchscript_or_pickle(spec, options, target)
-    else:
-        module, args = _from_factory(spec, options)
-        graph = _capture(module, args, spec, target)
-    return graph
+    with _factory_model(spec, options) as (module, args):
+        return _capture(module, args, spec, target)
 
 
 def load_torch_as_onnx(spec: str, options: TorchOptions, target: str = "fp16") -> Graph:
@@ -63,54 +66,96 @@ def load_torch_as_onnx(spec: str, options: TorchOptions, target: str = "fp16") -
     if lowered.endswith((".pt", ".pth", ".ts")):
         return _load_torchscript_or_pickle(spec, options, target, as_onnx=True)
     if lowered.endswith(".pt2"):
-        program, args = _load_pt2(spec, options), ()
+        graph = _exported_to_onnx(_load_pt2(spec, options), (), spec)
     else:
-        module, args = _from_factory(spec, options)
-        program, args = _converted(module.eval(), args, target)
-    graph = _via_onnx(program, args, spec, dynamo=True,
-                     failure="traced mode exports the model to ONNX first, and that failed ({}); audit an ONNX "
-                             "export with --trace instead")
+        with _factory_model(spec, options) as (module, args):
+            with user_code(spec, "converting the module with model.to()"):
+                program, args = _converted(module.eval(), args, target)
+            graph = _exported_to_onnx(program, args, spec)
     graph.converted_to = target if target in _CAPTURE_IN and not lowered.endswith(".pt2") else None
     return graph
+
+
+def _exported_to_onnx(program, args: tuple, spec: str) -> Graph:
+    return _via_onnx(program, args, spec, dynamo=True,
+                     failure="traced mode exports the model to ONNX first, and that failed ({}); audit an ONNX "
+                             "export with --trace instead")
 
 
 # ---- sources ---------------------------------------------------------------------------------------------
 
 
-def _from_factory(spec: str, options: TorchOptions) -> tuple[nn.Module, tuple]:
+@contextlib.contextmanager
+def _factory_model(spec: str, options: TorchOptions) -> Iterator[tuple[nn.Module, tuple]]:
+    """The factory's (module, inputs), with model.py's imports in effect until the model is captured.
+
+    Its folder stays on sys.path while the factory and forward() run (they may import neighbours late); then
+    sys.path is restored and the modules imported from that folder are forgotten, so the next model's
+    `import layers` finds its own layers.py, not this one's.
+    """
+    target = spec.rpartition(":")[0]
+    folder = check_regular(target).resolve().parent if target.endswith(".py") else None
+    with _isolated_imports(folder):
+        yield _from_factory(spec, options, folder)
+
+
+def _from_factory(spec: str, options: TorchOptions, folder: Path | None) -> tuple[nn.Module, tuple]:
     """Import model.py or package.module, call the factory; it returns a module or (module, example inputs)."""
     target, _, attr = spec.rpartition(":")
-    try:
-        if target.endswith(".py"):
-            path = Path(target)
-            if not path.is_file():
-                raise InputError(target, "no such file")
-            mod_spec = importlib.util.spec_from_file_location(f"_precaudit_model_{path.stem}", path)
-            module = importlib.util.module_from_spec(mod_spec)
-            sys.path.insert(0, str(path.resolve().parent))  # so the file can import its neighbours
-            try:
-                mod_spec.loader.exec_module(module)
-            finally:
-                sys.path.remove(str(path.resolve().parent))
-        else:
-            module = importlib.import_module(target)
-    except InputError:
-        raise
-    except Exception as exc:
-        raise InputError(target, f"importing it failed: {type(exc).__name__}: {_first_line(exc)}") from None
-    factory = getattr(module, attr, None)
+    with user_code(target, "importing it"):
+        module = _import_model(target, folder) if folder else importlib.import_module(target)
+        factory = getattr(module, attr, None)  # a module __getattr__ is the user's code too
     if not callable(factory):
         raise InputError(spec, f"'{attr}' is not a function or class in {target}")
-    try:
+    with user_code(spec, f"calling {attr}()"):
         made = factory()
-    except Exception as exc:
-        raise InputError(spec, f"calling {attr}() failed: {type(exc).__name__}: {_first_line(exc)}") from None
-    model, args = (made[0], made[1]) if isinstance(made, tuple) and len(made) == 2 else (made, None)
-    if not isinstance(model, nn.Module):
-        raise InputError(spec, f"{attr}() must return an nn.Module or (module, example inputs), got {type(model).__name__}")
+        model, args = (made[0], made[1]) if isinstance(made, tuple) and len(made) == 2 else (made, None)
+        if not isinstance(model, nn.Module):
+            raise InputError(spec, f"{attr}() must return an nn.Module or (module, example inputs), got "
+                                   f"{type(model).__name__}")
     if args is None:
         args = _synthesized(spec, options)
     return model, args if isinstance(args, tuple) else (args,)
+
+
+def _import_model(target: str, folder: Path):
+    """model.py as a module, registered in sys.modules while it runs (dataclasses and pickling look it up there)."""
+    path = Path(target)
+    name = _MODEL_MODULE + path.stem
+    mod_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(mod_spec)
+    sys.path.insert(0, str(folder))  # so the file can import its neighbours
+    sys.modules[name] = module
+    mod_spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def _isolated_imports(folder: Path | None) -> Iterator[None]:
+    """Undo what importing a model did to sys.path and sys.modules (see _factory_model)."""
+    saved_path = list(sys.path)
+    before = set(sys.modules)
+    try:
+        yield
+    finally:
+        sys.path[:] = saved_path
+        if folder is not None:
+            for name in [n for n in sys.modules if n not in before and _imported_from(n, folder)]:
+                _forget(name)
+
+
+def _imported_from(name: str, folder: Path) -> bool:
+    """Whether a module newly imported while the model loaded came from its folder (first on sys.path then)."""
+    top = name.partition(".")[0]
+    return top.startswith(_MODEL_MODULE) or (folder / f"{top}.py").is_file() or (folder / top).is_dir()
+
+
+def _forget(name: str) -> None:
+    """Drop a module of the model's; its file still counts as read (no report may be written over it)."""
+    module = sys.modules.pop(name, None)
+    file = getattr(module, "__dict__", {}).get("__file__")
+    if isinstance(file, str):
+        note_read(file)
 
 
 def _synthesized(spec: str, options: TorchOptions) -> tuple:
@@ -127,38 +172,36 @@ def _synthesized(spec: str, options: TorchOptions) -> tuple:
 
 
 def _load_pt2(spec: str, options: TorchOptions):
-    path = _existing(spec)
     # torch.export.load unpickles any custom objects the archive holds with plain pickle.loads: refuse
     # that unless trusted (tensors go through torch.load's weights-only unpickler either way).
     guard = contextlib.nullcontext() if options.trust_pickle else _no_plain_unpickling(spec)
-    try:
-        with guard, _quiet():
-            return torch.export.load(str(path))
-    except InputError:
-        raise
-    except Exception as exc:
-        raise InputError(spec, f"not a loadable torch.export program ({type(exc).__name__}: {_first_line(exc)})") from None
+    with _opened(spec) as fh:
+        try:
+            with guard, _quiet():
+                return torch.export.load(fh)
+        except InputError:
+            raise
+        except Exception as exc:
+            raise InputError(spec, f"not a loadable torch.export program ({_described(exc)})") from None
 
 
 def _load_torchscript_or_pickle(spec: str, options: TorchOptions, target: str, as_onnx: bool = False) -> Graph:
     """TorchScript archives load without running Python code; a pickled module needs --trust-pickle."""
-    path = _existing(spec)
-    if _is_torchscript(path):
-        try:
-            with _quiet():
-                scripted = torch.jit.load(str(path), map_location="cpu")
-        except Exception as exc:
-            raise InputError(spec, f"not a loadable TorchScript file ({_first_line(exc)})") from None
-        return _torchscript_graph(scripted, spec, options)
-    if not options.trust_pickle:
-        raise InputError(spec, "is a pickled Python object, not TorchScript; unpickling runs arbitrary code from the "
-                               "file, so precaudit refuses it. Pass --trust-pickle if you trust where it came from, "
-                               "or save the model with torch.export.save / torch.jit.save")
-    try:
-        with _quiet():
-            model = torch.load(str(path), map_location="cpu", weights_only=False)
-    except Exception as exc:
-        raise InputError(spec, f"cannot unpickle it ({type(exc).__name__}: {_first_line(exc)})") from None
+    with _opened(spec) as fh:
+        if _is_torchscript(fh):
+            try:
+                with _quiet():
+                    scripted = torch.jit.load(fh, map_location="cpu")
+            except Exception as exc:
+                raise InputError(spec, f"not a loadable TorchScript file ({_first_line(exc)})") from None
+            return _torchscript_graph(scripted, spec, options)
+        if not options.trust_pickle:
+            raise InputError(spec, "is a pickled Python object, not TorchScript; unpickling runs arbitrary code from "
+                                   "the file, so precaudit refuses it. Pass --trust-pickle if you trust where it came "
+                                   "from, or save the model with torch.export.save / torch.jit.save")
+        # trusted, and its code may still exit or raise, like a factory's
+        with user_code(spec, "unpickling it", "cannot unpickle it ({})"), _quiet():
+            model = torch.load(fh, map_location="cpu", weights_only=False)
     if not isinstance(model, nn.Module):
         raise InputError(spec, f"holds a {type(model).__name__}, not an nn.Module (a state_dict needs the model's code: "
                                "use a factory, model.py:make_model)")
@@ -167,12 +210,22 @@ def _load_torchscript_or_pickle(spec: str, options: TorchOptions, target: str, a
     return _capture(model, _synthesized(spec, options), spec, target)
 
 
-def _is_torchscript(path: Path) -> bool:
+@contextlib.contextmanager
+def _opened(spec: str) -> Iterator[BinaryIO]:
+    """The model file, opened once: torch reads this descriptor, checked to be a regular file, not the name again."""
+    with open_regular(spec) as fh:
+        note_read(spec)
+        yield fh
+
+
+def _is_torchscript(fh: BinaryIO) -> bool:
     try:
-        with zipfile.ZipFile(path) as z:
+        with zipfile.ZipFile(fh) as z:
             return any(name.split("/", 1)[-1].startswith("code/") for name in z.namelist())
     except zipfile.BadZipFile:
         return False
+    finally:
+        fh.seek(0)
 
 
 def _torchscript_graph(scripted, spec: str, options: TorchOptions) -> Graph:
@@ -191,14 +244,13 @@ def _via_onnx(model, args: tuple, spec: str, dynamo: bool, failure: str) -> Grap
     folder = tempfile.mkdtemp(prefix="precaudit-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     out = Path(folder) / "model.onnx"
-    try:
+    with user_code(spec, "running forward() for the ONNX export", failure):  # the exporter runs the user's forward()
         with _quiet():
             torch.onnx.export(model, args, str(out), dynamo=dynamo, opset_version=18 if dynamo else 17)
-        graph = load_onnx(str(out))
-    except InputError as exc:
-        raise InputError(spec, f"its ONNX export cannot be read: {exc.problem}") from None
-    except Exception as exc:
-        raise InputError(spec, failure.format(f"{type(exc).__name__}: {_first_line(exc)}")) from None
+        try:
+            graph = load_onnx(str(out))
+        except InputError as exc:
+            raise InputError(spec, f"its ONNX export cannot be read: {exc.problem}") from None
     graph.path = spec
     return graph
 
@@ -216,17 +268,14 @@ def _converted(model: nn.Module, args: tuple, target: str) -> tuple[nn.Module, t
 
 
 def _capture(model: nn.Module, args: tuple, spec: str, target: str) -> Graph:
-    model, args = _converted(model.eval(), args, target)
-    try:
+    # model.eval(), .to() and forward() are the user's code: any exit or exception there is this model's error
+    with user_code(spec, "running forward() under torch.export", _CAPTURE_FAILED):
+        model, args = _converted(model.eval(), args, target)
         with _quiet():
             ep = torch.export.export(model, args, strict=False)
-    except Exception as exc:
-        raise InputError(spec, f"torch.export could not capture the model ({type(exc).__name__}: {_first_line(exc)}); "
-                               "data-dependent control flow or unexpected inputs are the usual causes: return "
-                               "(module, inputs) from the factory or pass --input-shape, or audit an ONNX export "
-                               "instead") from None
+        eps = _module_walk(model)
     graph = lower_exported_program(ep, spec)
-    graph.module_eps = _module_walk(model)
+    graph.module_eps = eps
     graph.converted_to = target if target in _CAPTURE_IN else None
     return graph
 
@@ -243,7 +292,68 @@ def _module_walk(model: nn.Module) -> dict[str, str]:
     return found
 
 
-# ---- helpers ---------------------------------------------------------------------------------------------
+# ---- the user's code: exits and interrupts are this model's error ----------------------------------------
+
+
+@contextlib.contextmanager
+def user_code(file: str, doing: str, failure: str | None = None) -> Iterator[None]:
+    """Run the user's code (model.py, a factory, forward()); whatever it raises becomes one InputError.
+
+    BaseException, not just Exception: sys.exit(0) in a factory must not end precaudit with exit 0 and no
+    report, and a KeyboardInterrupt or a BaseException subclass must not become a traceback. (A real Ctrl-C
+    arriving while the user's code runs is reported the same way; the next model is still audited.)
+    failure formats an ordinary exception's message ("{}" is its type and first line).
+    """
+    try:
+        yield
+    except InputError:
+        raise
+    except Exception as exc:
+        problem = failure.format(_described(exc)) if failure else f"{doing} failed: {_described(exc)}"
+        raise InputError(file, problem) from None
+    except BaseException as exc:
+        raise InputError(file, _stopped(doing, exc)) from None
+
+
+@contextlib.contextmanager
+def stopped_as_error(spec: str) -> Iterator[None]:
+    """The last net around loading a PyTorch model: an exit or interrupt anywhere in it is an error for the model."""
+    try:
+        yield
+    except Exception:
+        raise
+    except BaseException as exc:
+        raise InputError(spec, _stopped("loading it", exc)) from None
+
+
+def _stopped(doing: str, exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"{doing} exited (SystemExit {_safe_str(exc.code)})"
+    if isinstance(exc, KeyboardInterrupt):
+        return f"{doing} was interrupted (KeyboardInterrupt)"
+    return f"{doing} failed: {_described(exc)}"
+
+
+def _described(exc: BaseException) -> str:
+    """'Type: first line of the message'; the exception is the user's object, whose __str__ may itself raise."""
+    return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+def _safe_str(value: object) -> str:
+    """One line of str(value), at most 300 characters; '?' when the user's __str__ raises or exits."""
+    try:
+        text = str(value)
+    except BaseException:  # noqa: B036 - sys.exit() in __str__ is no message
+        return "?"
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[0][:300] if lines else ""
+
+
+def _first_line(exc: BaseException) -> str:
+    return _safe_str(exc) or "no details"
+
+
+# ---- a .pt2 from a stranger -----------------------------------------------------------------------------
 
 
 class _RefusedUnpickling(Exception):
@@ -267,6 +377,9 @@ def _no_plain_unpickling(spec: str):
         pickle.loads = original
 
 
+# ---- helpers ---------------------------------------------------------------------------------------------
+
+
 @contextlib.contextmanager
 def _quiet():
     """torch talks on stdout, stderr, warnings and logging while exporting; the report is the only output."""
@@ -278,16 +391,3 @@ def _quiet():
             yield
     finally:
         logging.disable(logging.NOTSET)
-
-
-def _existing(spec: str) -> Path:
-    path = Path(spec)
-    if not path.is_file():
-        raise InputError(spec, "no such file")
-    return path
-
-
-def _first_line(exc: Exception) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return lines[0][:300] if lines else "no details"
-

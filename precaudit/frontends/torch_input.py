@@ -72,17 +72,19 @@ def _submodule_file(folders: list[str], parts: list[str]) -> Path | None:
 def load_torch(spec: str, options: TorchOptions, target: str) -> Graph:
     """Import torch only now: ONNX audits and --version never pay for it."""
     _require_torch(spec)
-    from .torch_graph import load_torch_graph
+    from .torch_graph import load_torch_graph, stopped_as_error
 
-    return load_torch_graph(spec, options, target)
+    with stopped_as_error(spec):
+        return load_torch_graph(spec, options, target)
 
 
 def load_torch_for_trace(spec: str, options: TorchOptions, target: str) -> Graph:
     """The model exported to ONNX, which traced mode's emulator runs."""
     _require_torch(spec)
-    from .torch_graph import load_torch_as_onnx
+    from .torch_graph import load_torch_as_onnx, stopped_as_error
 
-    return load_torch_as_onnx(spec, options, target)
+    with stopped_as_error(spec):
+        return load_torch_as_onnx(spec, options, target)
 
 
 def _require_torch(spec: str) -> None:
