@@ -54,6 +54,264 @@ def model_file(folder: Path, body: str, name: str = "model.py") -> Path:
     return path
 
 
+# ---- hostile .pt2 archives -------------------------------------------------------------------------------
+
+
+class Touch:
+    """Unpickling this opens the marker for writing, which creates it: proof that code from the file ran."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+class Small(torch.nn.Module):
+    """A weight, a buffer and a tensor constant: every kind of payload a .pt2 stores."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.register_buffer("shift", torch.ones(4))
+        self.scale = torch.tensor([2.0])
+
+    def forward(self, x):
+        return self.lin(x) + self.shift * self.scale
+
+
+def saved_program(path: Path) -> Path:
+    torch.export.save(torch.export.export(Small(), (torch.randn(2, 4),)), str(path))
+    return path
+
+
+def torch_saved(obj) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def rewritten(src: Path, dst: Path, change, extra: dict[str, bytes] | None = None) -> Path:
+    """The archive entry by entry; change(name, data) returns new bytes or None (kept) or b"-" (dropped).
+
+    Names are given without the archive's top folder; extra entries are added at the end.
+    """
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        top = zin.namelist()[0].split("/", 1)[0]
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            new = change(info.filename.split("/", 1)[1], data)
+            if new != b"-":
+                zout.writestr(info.filename, data if new is None else new)
+        for name, data in (extra or {}).items():
+            zout.writestr(f"{top}/{name}", data)
+    return dst
+
+
+def payload_config(data: bytes, key: str, **changes) -> bytes:
+    config = json.loads(data)
+    config["config"][key].update(changes)
+    return json.dumps(config).encode()
+
+
+def _sample_inputs(src, dst, marker):
+    # torch.export.load tries weights_only=True on the sample inputs, then falls back to weights_only=False
+    inputs = torch_saved((Touch(marker),))
+    return rewritten(src, dst, lambda n, d: inputs if n == "data/sample_inputs/model.pt" else None)
+
+
+def _sample_inputs_raw_pickle(src, dst, marker):
+    return rewritten(src, dst, lambda n, d: pickle.dumps(Touch(marker)) if n == "data/sample_inputs/model.pt" else None)
+
+
+def _pickled_weight(src, dst, marker):
+    def change(name, data):
+        if name == "data/weights/model_weights_config.json":
+            return payload_config(data, "lin.weight", use_pickle=True)
+        return torch_saved(Touch(marker)) if name == "data/weights/weight_0" else None
+    return rewritten(src, dst, change)
+
+
+def _pickled_constant(src, dst, marker):
+    def change(name, data):
+        if name == "data/constants/model_constants_config.json":
+            return payload_config(data, "scale", use_pickle=True)
+        return torch_saved(Touch(marker)) if name == "data/constants/tensor_0" else None
+    return rewritten(src, dst, change)
+
+
+def _opaque_constant(src, dst, marker):
+    # opaque objects are read with plain pickle.loads
+    def change(name, data):
+        if name == "data/constants/model_constants_config.json":
+            return payload_config(data, "scale", use_pickle=True, path_name="opaque_obj_0")
+        return b"-" if name == "data/constants/tensor_0" else None
+    return rewritten(src, dst, change, {"data/constants/opaque_obj_0": pickle.dumps(Touch(marker))})
+
+
+def _legacy_weights_file(src, dst, marker):
+    # data/weights/model.pt, the legacy whole-state-dict file, goes through the weights-only-then-pickle fallback
+    return rewritten(src, dst, lambda n, d: b"-" if n.startswith("data/weights/") else None,
+                     {"data/weights/model.pt": torch_saved({"lin.weight": Touch(marker)})})
+
+
+def _archive_of_torch_2_7(src, dst, marker):
+    # the pre-2.8 zip layout torch.export.load still reads when the archive has no exported program
+    from torch._export.serde.schema import SCHEMA_VERSION
+
+    with zipfile.ZipFile(src) as zin:
+        program = next(zin.read(n) for n in zin.namelist() if n.endswith("models/model.json"))
+    with zipfile.ZipFile(dst, "w") as z:
+        z.writestr("version", ".".join(map(str, SCHEMA_VERSION)))
+        z.writestr("serialized_exported_program.json", program)
+        z.writestr("serialized_state_dict.pt", torch_saved({"lin.weight": Touch(marker)}))
+        z.writestr("serialized_constants.pt", b"")
+        z.writestr("serialized_example_inputs.pt", b"")
+    return dst
+
+
+def _shape_expression(src, dst, marker):
+    # symbolic sizes are parsed with sympy.sympify, which evaluates the string as Python
+    expr = {"as_expr": {"expr_str": f"__import__('os').system('touch {marker}')", "hint": {"as_int": 2}}}
+    return rewritten(src, dst, lambda n, d: d.decode().replace('{"as_int": 2}', json.dumps(expr), 1).encode()
+                     if n == "models/model.json" else None)
+
+
+PICKLED = {"sample-inputs": _sample_inputs, "sample-inputs-raw-pickle": _sample_inputs_raw_pickle,
+           "pickled-weight": _pickled_weight, "pickled-constant": _pickled_constant,
+           "opaque-constant": _opaque_constant, "legacy-weights-file": _legacy_weights_file,
+           "torch-2.7-archive": _archive_of_torch_2_7}
+HOSTILE = {**PICKLED, "shape-expression": _shape_expression}
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory) -> Path:
+    return saved_program(tmp_path_factory.mktemp("legit") / "small.pt2")
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+def test_each_hostile_archive_really_runs_code_in_plain_torch(kind, program, tmp_path):
+    # the canary: without it, "no marker" below could mean a malformed file torch never unpickles
+    marker = tmp_path / "ran"
+    hostile = HOSTILE[kind](program, tmp_path / "hostile.pt2", marker)
+    try:
+        torch.export.load(str(hostile))
+    except Exception:  # most fail on what the payload returned, after it ran
+        pass
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("mode", ["static", "trace"])
+@pytest.mark.parametrize("kind", sorted(PICKLED))
+def test_pickles_in_a_pt2_are_refused_without_trust(kind, mode, program, tmp_path, capsys):
+    marker = tmp_path / "ran"
+    hostile = PICKLED[kind](program, tmp_path / "hostile.pt2", marker)
+    line = refused(str(hostile), mode, capsys)
+    assert line.startswith(f"precaudit: {hostile}: holds pickled Python objects") and "--trust-pickle" in line
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("mode", ["static", "trace"])
+def test_shape_expression_is_not_evaluated(mode, program, tmp_path, capsys):
+    marker = tmp_path / "ran"
+    hostile = _shape_expression(program, tmp_path / "hostile.pt2", marker)
+    line = refused(str(hostile), mode, capsys)
+    assert line.startswith(f"precaudit: {hostile}: holds a symbolic shape expression") and "__import__" in line
+    assert "--trust-pickle" in line and not marker.exists()
+
+
+def test_custom_object_constant_goes_through_torchs_restricted_unpickler(program, tmp_path, capsys):
+    # custom_obj_* constants are read by torch's C++ unpickler, which resolves torch classes only
+    marker = tmp_path / "ran"
+
+    def change(name, data):
+        if name == "data/constants/model_constants_config.json":
+            return payload_config(data, "scale", use_pickle=True, path_name="custom_obj_0")
+        return b"-" if name == "data/constants/tensor_0" else None
+
+    hostile = rewritten(program, tmp_path / "hostile.pt2", change,
+                        {"data/constants/custom_obj_0": pickle.dumps(Touch(marker))})
+    assert main([str(hostile)]) == 2
+    one_error_line(capsys.readouterr().err, f"precaudit: {hostile}: not a loadable torch.export program")
+    assert not marker.exists()
+
+
+def test_compiled_aotinductor_code_is_never_loaded(program, tmp_path, monkeypatch):
+    # data/aotinductor/ holds shared libraries that torch.export.load would dlopen; precaudit needs none of it
+    marker = tmp_path / "loaded"
+
+    class Loader:  # stands in for torch's AOTI loader: reaching it means native code from the file would run
+        def __init__(self, *args):
+            marker.touch()
+
+        @staticmethod
+        def load_metadata_from_package(*args):
+            marker.touch()
+            return {}
+
+    monkeypatch.setattr(torch._C._aoti, "AOTIModelPackageLoader", Loader)
+    archive = rewritten(program, tmp_path / "aoti.pt2", lambda n, d: None,
+                        {"data/aotinductor/model/model.so": b"\x7fELF"})
+    for trust in ([], ["--trust-pickle"]):
+        code, report = run_json([archive], *trust, out_dir=tmp_path)
+        assert (code, report["errors"], report["models"]) == (0, [], [str(archive)])
+    assert not marker.exists()
+
+
+def test_trust_pickle_is_what_lets_it_run(program, tmp_path):
+    # the flag's promise, once: with it, torch's own loader (and the file's code) runs
+    marker = tmp_path / "ran"
+    hostile = _sample_inputs(program, tmp_path / "hostile.pt2", marker)
+    main([str(hostile), "--trust-pickle"])
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("mode", [[], ["--trace"]], ids=["static", "trace"])
+def test_legit_pt2_still_loads_without_the_flag(mode, program, tmp_path):
+    code, report = run_json([program, *mode], out_dir=tmp_path)
+    assert (code, report["errors"], report["models"]) == (0, [], [str(program)])
+
+
+def test_legit_pt2_with_symbolic_shapes_loads_without_the_flag(tmp_path):
+    # torch writes its shape expressions as sympy srepr: Symbol('s17', positive=True, integer=True), Mod(...)
+    class Dynamic(torch.nn.Module):
+        def forward(self, x, y):
+            z = torch.cat([x, y], 0)
+            return z.reshape(-1) * 2, x[: x.shape[0] // 2], torch.nn.functional.pad(y, (0, 0, 0, y.shape[0] % 3))
+
+    half = torch.export.Dim("half", min=1, max=50)
+    ep = torch.export.export(Dynamic(), (torch.randn(4, 3), torch.randn(6, 3)),
+                             dynamic_shapes=({0: 2 * half}, {0: torch.export.Dim("rows", min=2)}))
+    torch.export.save(ep, str(tmp_path / "dynamic.pt2"))
+    assert "Mod(Symbol(" in zipfile.ZipFile(tmp_path / "dynamic.pt2").read("dynamic/models/model.json").decode()
+    code, report = run_json([tmp_path / "dynamic.pt2"], out_dir=tmp_path)
+    assert (code, report["errors"]) == (0, [])
+
+
+# ---- TorchScript -----------------------------------------------------------------------------------------
+
+
+class System:
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("entry", ["data.pkl", "constants.pkl"])
+def test_torchscript_pickle_naming_os_system_does_not_run(entry, tmp_path, capsys):
+    # TorchScript's pickles are read by torch's C++ unpickler, which knows torch classes only: no --trust-pickle
+    marker = tmp_path / "ran"
+    scripted = tmp_path / "scripted.pt"
+    torch.jit.save(torch.jit.trace(torch.nn.Linear(4, 4), (torch.randn(2, 4),)), str(scripted))
+    hostile = rewritten(scripted, tmp_path / "hostile.pt", lambda n, d: pickle.dumps(System(marker), protocol=2)
+                        if n == entry else None)
+    assert main([str(hostile), "--input-shape", "2,4"]) == 2
+    one_error_line(capsys.readouterr().err, f"precaudit: {hostile}: not a loadable TorchScript file", "posix.system")
+    assert not marker.exists()
+
+
 # ---- files that are not files ----------------------------------------------------------------------------
 
 
