@@ -342,9 +342,11 @@ def _note_named_inputs(models: list[str], settings: Settings, inputs: list[str])
     """Record every file named on the command line or in the config as read by this run: no output goes over one."""
     from .files import note_read
 
+    from .frontends.torch_input import is_torch_input, torch_input_files
+
     named = [*inputs, *settings.rules, settings.baseline, settings.config_file]
     for spec in models:  # model.py:factory reads model.py
-        named.append(spec if os.path.lexists(spec) or ":" not in spec else spec.rpartition(":")[0])
+        named.extend(torch_input_files(spec) if is_torch_input(spec) and not os.path.lexists(spec) else [spec])
     for item in filter(None, named):
         path = Path(item)
         for file in (path.glob("*.y*ml") if path.is_dir() else [path]):

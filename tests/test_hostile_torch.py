@@ -458,3 +458,13 @@ def test_torch_input_files_names_what_the_spec_reads(tmp_path, monkeypatch):
     assert torch_input_files("no_such_package.mod:make") == []
     assert torch_input_files("model.onnx") == []
     assert "zoo_models" not in sys.modules
+
+
+def test_importing_a_factory_writes_nothing_into_its_folder(tmp_path):
+    source = tmp_path / "model.py"
+    source.write_text("import torch\n\nclass RMS(torch.nn.Module):\n    def forward(self, x):\n"
+                      "        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-12)\n\n"
+                      "def make():\n    return RMS(), (torch.randn(2, 8),)\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main([f"{source}:make"]) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

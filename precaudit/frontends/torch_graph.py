@@ -140,9 +140,12 @@ def _isolated_imports(folder: Path | None) -> Iterator[None]:
     """Undo what importing a model did to sys.path and sys.modules (see _factory_model)."""
     saved_path = list(sys.path)
     before = set(sys.modules)
+    saved_bytecode = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True  # no __pycache__ in the user's folder: an audit modifies nothing it reads
     try:
         yield
     finally:
+        sys.dont_write_bytecode = saved_bytecode
         sys.path[:] = saved_path
         if folder is not None:
             for name in [n for n in sys.modules if n not in before and _imported_from(n, folder)]:
