@@ -34,26 +34,59 @@ class SignAnalysis:
         self._resolver = resolver
 
     def of(self, value: Value | None) -> str:
+        """The sign class of a value, from the ops upstream of it.
+
+        Walks the producers depth-first with an explicit stack, so a chain of any length costs no Python
+        recursion: a node's inputs are classed in order before the node, each value once. A value met again
+        while its own class is still being worked out (a loop-carried value) counts as 'unknown' for that
+        reader, as the memo says while it is on the path.
+        """
         if value is None:
             return "unknown"
+        memo = self._memo
         key = id(value)
-        if key not in self._memo:
-            self._memo[key] = "unknown"  # guards against cycles (loop-carried values)
-            self._memo[key] = self._compute(value)
-        return self._memo[key]
+        if key in memo:
+            return memo[key]
+        # each frame: [value, its producer, the producer's inputs, the classes of those inputs found so far]
+        frame = self._enter(value)
+        stack = [frame] if frame is not None else []
+        while stack:
+            frame = stack[-1]
+            node, inputs, ins = frame[1], frame[2], frame[3]
+            while len(ins) < len(inputs):
+                upstream = inputs[len(ins)]
+                known = memo.get(id(upstream))
+                if known is None:
+                    child = self._enter(upstream)
+                    if child is not None:
+                        stack.append(child)
+                        break
+                    known = memo[id(upstream)]
+                ins.append(known)
+            else:
+                stack.pop()
+                result = memo[id(frame[0])] = self._of_node(node, ins)
+                if stack:
+                    stack[-1][3].append(result)
+        return memo[key]
 
-    def _compute(self, value: Value) -> str:
+    def _enter(self, value: Value) -> list | None:
+        """Start on a value not seen yet: class it at once (a constant, a graph input), or return the frame
+        that classes it from its producer's inputs. Meanwhile the value counts as 'unknown' (cycles)."""
+        key = id(value)
+        self._memo[key] = "unknown"  # guards against cycles (loop-carried values)
         const = resolve_scalar(value)
         if const is not None:
-            return "positive" if const.value > 0 else "nonneg" if const.value == 0 else "signed"
+            self._memo[key] = "positive" if const.value > 0 else "nonneg" if const.value == 0 else "signed"
+            return None
         node = value.producer
         if node is None:
-            return "unknown"
-        return self._of_node(node)
+            return None
+        return [value, node, [v for v in node.inputs if v is not None], []]
 
-    def _of_node(self, node: Node) -> str:
+    def _of_node(self, node: Node, ins: list[str]) -> str:
+        """A node's output class from its op and the classes of its (present) inputs, in order."""
         op = node.op_type
-        ins = [self.of(v) for v in node.inputs if v is not None]
         if op in _POSITIVE:
             return "positive"
         if op in _NONNEG:
