@@ -145,13 +145,28 @@ def _divides_by(node: Node, value: Value) -> bool:
 
 
 def _consumers(value: Value) -> list[Node]:
-    """Consumers, looking through Casts and shape-only ops (F.normalize expands its clamped norm)."""
-    found = []
-    for node in value.consumers:
-        if node.op_type in _SHAPE_ONLY and node.input(0) is value:
-            found.extend(_consumers(node.outputs[0]))
+    """Consumers, looking through Casts and shape-only ops (F.normalize expands its clamped norm).
+
+    Depth-first in consumer order with an explicit stack (a chain of any length costs no recursion); a
+    shape-only op whose output leads back to a value already on the path (a cycle) is not followed again.
+    """
+    found: list[Node] = []
+    on_path = {id(value)}
+    stack = [(value, iter(value.consumers))]
+    while stack:
+        current, users = stack[-1]
+        for node in users:
+            if node.op_type in _SHAPE_ONLY and node.input(0) is current:
+                out = node.outputs[0]
+                if id(out) not in on_path:
+                    on_path.add(id(out))
+                    stack.append((out, iter(out.consumers)))
+                    break
+            else:
+                found.append(node)
         else:
-            found.append(node)
+            stack.pop()
+            on_path.discard(id(current))
     return found
 
 
