@@ -103,12 +103,21 @@ def implicit_inputs(node: Node) -> list[Value]:
 
 
 def body_nodes(node: Node) -> list[Node]:
-    """Every node in a control-flow node's bodies, nested bodies included."""
-    out = []
-    for nodes in node.body_nodes.values():
-        for inner in nodes:
-            out.append(inner)
-            out.extend(body_nodes(inner))
+    """Every node in a control-flow node's bodies, nested bodies included.
+
+    In body order, each node followed by its own bodies' nodes; walked with an explicit stack, so nesting
+    costs no recursion.
+    """
+    out: list[Node] = []
+    stack = [(inner for nodes in node.body_nodes.values() for inner in nodes)]
+    while stack:
+        inner = next(stack[-1], None)
+        if inner is None:
+            stack.pop()
+            continue
+        out.append(inner)
+        if inner.body_nodes:
+            stack.append(n for nodes in inner.body_nodes.values() for n in nodes)
     return out
 
 
