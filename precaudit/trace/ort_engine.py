@@ -19,7 +19,7 @@ are fed to the session like any other input.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generator
 
 import numpy as np
 import onnx
@@ -340,11 +340,29 @@ class OrtSegments:
         """A node's If/Loop/Scan bodies for one of the runs: float32 types; emulated, also renamed and rounded.
 
         outer maps each outer name a body reads to the name that value has in the segment for this run.
+        Nested bodies are rewritten through an explicit stack of _body generators, not by recursion: each
+        generator yields the (body, nodes, outer names) of a nested body it needs and is sent the rewritten
+        graph back, in the order a recursive rewrite would make them.
         """
-        return {key: self._body(body, node.body_nodes.get(key, []), outer, emulated) for key, body in node.bodies.items()}
+        built = {}
+        for key, body in node.bodies.items():
+            stack = [self._body(body, node.body_nodes.get(key, []), outer, emulated)]
+            result = None
+            while stack:
+                try:
+                    nested = stack[-1].send(result)
+                except StopIteration as done:
+                    stack.pop()
+                    result = done.value
+                    continue
+                stack.append(self._body(*nested, emulated))
+                result = None
+            built[key] = result
+        return built
 
     def _body(self, body: onnx.GraphProto, node_list: list[Node], outer: dict[str, str],
-              emulated: bool) -> onnx.GraphProto:
+              emulated: bool) -> Generator[tuple, onnx.GraphProto, onnx.GraphProto]:
+        """One body rewritten (a generator: it yields each nested body it needs, see _bodies)."""
         em = self.em
         inner = node_list  # the IR's copy of the body, node for node
         mine = {v.name for v in body.input} | {t.name for t in body.initializer} | {o for n in body.node for o in n.output}
@@ -384,7 +402,8 @@ class OrtSegments:
                 if reason is not None:
                     raise ValueError(f"inside its body, {reason}")
             attrs = _float32_attrs(node)
-            attrs.update(self._bodies(node, nested_outer, emulated) if node.bodies else {})
+            for key, nested in node.bodies.items():
+                attrs[key] = yield nested, node.body_nodes.get(key, []), nested_outer
             outputs = [name(o) for o in proto.output]
             rounded = []
             for k, o in enumerate(node.outputs):
