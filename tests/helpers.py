@@ -35,11 +35,12 @@ def assert_traced_alike(model: Path | str, out_dir: Path) -> list[tuple[str, str
 
 
 _BOUNDED = """
-import resource, sys
+import sys
 from precaudit.cli import main
 code = main(sys.argv[2:])
 with open(sys.argv[1], "w") as fh:
-    fh.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+    # VmHWM is this process's own peak; ru_maxrss would include the forked parent's memory from before exec
+    fh.write(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")))
 sys.exit(code)
 """
 

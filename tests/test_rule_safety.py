@@ -233,7 +233,9 @@ import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
 from precaudit.cli import main
 code = main(sys.argv[2:])
-sys.stderr.write(f"peak-rss-kib {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n")
+# VmHWM is this process's own peak; ru_maxrss would include the forked parent's memory from before exec
+peak = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+sys.stderr.write(f"peak-rss-kib {peak}\\n")
 sys.exit(code)
 """
 
