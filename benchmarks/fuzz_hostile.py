@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from tests.fuzzing import Case, any_case, run_case  # noqa: E402
@@ -92,22 +92,22 @@ def main() -> int:
 
     @settings(max_examples=args.cases, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
+    @seed(args.seed)
     @given(case=any_case())
     def fuzz(case: Case) -> None:
         verdict, stderr, code = dog.run(case)
         exits[code] += 1
         counts[(case.kind, "ok" if verdict in ("ok", "internal") else "FAIL")] += 1
-        codes[stderr.split(":", 2)[1].strip()[:60] if verdict == "internal" else verdict] += verdict == "internal"
+        if verdict == "internal":
+            codes[stderr.partition("internal error:")[2].strip()[:90]] += 1
         if verdict not in ("ok", "internal") or (verdict == "internal" and args.show_internal):
             failures.append((verdict, case, stderr))
             print(f"[{verdict}] {case.kind} {case.notes} {case.args}\n    {stderr.strip()[:400]}", flush=True)
 
-    import random
-    random.seed(args.seed)
     fuzz()
     dog._restart()
     total = sum(counts.values())
-    print(f"\n{total} cases (timeout {args.timeout:.0f} s, memory bound {args.rss_mb:.0f} MB per worker)")
+    print(f"\n{total} cases, seed {args.seed} (timeout {args.timeout:.0f} s, memory bound {args.rss_mb:.0f} MB per worker)")
     for kind in ("model", "bytes", "rules"):
         ok, bad = counts[(kind, "ok")], counts[(kind, "FAIL")]
         print(f"  {kind:6s} {ok + bad:5d} cases: {ok:5d} within the contract, {bad:3d} failing")
