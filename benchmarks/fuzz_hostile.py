@@ -75,6 +75,15 @@ class Watchdog:
         return ("internal" if outcome.internal else "ok"), stderr, code
 
 
+def _save(folder: Path, case: Case, stderr: str) -> None:
+    """The case's files, its arguments and what it printed: replay with `cd folder && precaudit ARGS`."""
+    import json
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in case.files.items():
+        (folder / name).write_bytes(data)
+    (folder / "case.json").write_text(json.dumps({"args": case.args, "notes": case.notes, "stderr": stderr}))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=1000)
@@ -82,6 +91,7 @@ def main() -> int:
     parser.add_argument("--rss-mb", type=float, default=1024)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--show-internal", action="store_true", help="print every 'internal error' line too")
+    parser.add_argument("--save", type=Path, help="write each failing (or internal-error) case's files here")
     args = parser.parse_args()
 
     dog = Watchdog(args.timeout, args.rss_mb)
@@ -102,6 +112,8 @@ def main() -> int:
             codes[stderr.partition("internal error:")[2].strip()[:90]] += 1
         if verdict not in ("ok", "internal") or (verdict == "internal" and args.show_internal):
             failures.append((verdict, case, stderr))
+            if args.save:
+                _save(args.save / str(len(failures)), case, stderr)
             print(f"[{verdict}] {case.kind} {case.notes} {case.args}\n    {stderr.strip()[:400]}", flush=True)
 
     fuzz()

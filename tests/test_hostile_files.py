@@ -397,3 +397,20 @@ def test_closed_stdout_is_one_line(underflow, tmp_path):
 def test_usage_errors_are_one_line(underflow, capsys, args, needle):
     assert main([str(underflow), *args]) == 2
     _one_error_line(capsys.readouterr().err, needle)
+
+
+@pytest.mark.parametrize("attr,value,problem", [
+    ("stash_type", "%s%s%n", "attribute 'stash_type' must be INT, the file has STRING"),
+    ("epsilon", [1, 2], "attribute 'epsilon' must be FLOAT, the file has INTS"),
+    ("axis", 1.5, "attribute 'axis' must be INT, the file has FLOAT"),
+])
+def test_attribute_of_the_wrong_type_is_an_invalid_model(tmp_path, capsys, attr, value, problem):
+    m = fused_norm("LayerNormalization", epsilon=1e-12, stash_type=0)
+    node = m.graph.node[0]
+    kept = [a for a in node.attribute if a.name != attr]
+    del node.attribute[:]
+    node.attribute.extend([*kept, h.make_attribute(attr, value)])
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    assert main([str(path)]) == 2
+    _one_error_line(capsys.readouterr().err, str(path), "node 'norm' (LayerNormalization)", problem)

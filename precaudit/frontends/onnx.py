@@ -119,6 +119,7 @@ class _Builder:
         self.model_dir = model_dir
         self.opsets = opsets
         self.types: dict[str, onnx.TypeProto] = {}
+        self._schemas: dict[tuple, dict[str, int]] = {}
 
     def build(self, gp: onnx.GraphProto, graph: Graph, scope: dict[str, Value], subgraph_path: str,
               parent: Node | None = None) -> list[Node]:
@@ -175,11 +176,29 @@ class _Builder:
         value.const_loader = tensor_loader(init, self.path, self.model_dir, what)
         return value
 
+    def _check_attributes(self, np_: onnx.NodeProto, node: Node) -> None:
+        """An attribute of the wrong type (a string epsilon, an int list stash_type) makes the file invalid.
+
+        The analyses read attributes as the operator schema types them; checking here once keeps every reader
+        simple. Unknown ops and attributes the schema does not list are left alone (custom domains, contrib ops).
+        """
+        key = (np_.op_type, np_.domain or "", node.opset)
+        if key not in self._schemas:
+            self._schemas[key] = _schema_types(*key)
+        types = self._schemas[key]
+        for attr in np_.attribute:
+            want = types.get(attr.name)
+            if want is not None and attr.type != want:
+                got = onnx.AttributeProto.AttributeType.Name(attr.type) if attr.type in _ATTR_TYPES else attr.type
+                raise InputError(self.path, f"node '{node.name}' ({node.op_type}): attribute '{attr.name}' must be "
+                                            f"{onnx.AttributeProto.AttributeType.Name(want)}, the file has {got}")
+
     def _node(self, np_: onnx.NodeProto, scope: dict[str, Value], subgraph_path: str) -> Node:
         attrs = {a.name: _attr_value(a) for a in np_.attribute if a.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
         name = np_.name or f"{np_.op_type}_{np_.output[0] if np_.output else ''}"  # raw: reports escape it
         node = Node(name=subgraph_path + name, op_type=np_.op_type, domain=np_.domain or "", attrs=attrs,
                     opset=self.opsets.get(_domain(np_.domain)), subgraph_path=subgraph_path)
+        self._check_attributes(np_, node)
         _attach_source(node, np_)
         node.bodies = {a.name: a.g for a in np_.attribute if a.type == onnx.AttributeProto.GRAPH}
         for iname in np_.input:
@@ -240,6 +259,19 @@ def _attach_source(node: Node, np_: onnx.NodeProto) -> None:
     frame = user_frame(meta.get(_META_STACK, ""))
     if frame is not None:
         node.source_file, node.source_line = frame
+
+
+_ATTR_TYPES = set(onnx.AttributeProto.AttributeType.values())
+
+
+def _schema_types(op_type: str, domain: str, opset: int | None) -> dict[str, int]:
+    """Attribute name -> AttributeProto type from the operator's schema at the model's opset; {} if none is known."""
+    try:
+        schema = onnx.defs.get_schema(op_type, opset if opset is not None and 0 < opset < 1 << 31 else 1 << 30,
+                                      _domain(domain))
+    except Exception:  # an op no schema knows: a custom domain, a typo, a newer opset
+        return {}
+    return {name: int(a.type) for name, a in schema.attributes.items() if int(a.type) in _ATTR_TYPES}
 
 
 def _attr_value(attr: onnx.AttributeProto):
