@@ -27,7 +27,7 @@ import re
 from functools import lru_cache
 from typing import Any, Callable, Mapping
 
-__all__ = ["Condition", "ConditionError", "parse_condition", "render", "template_names", "check_template",
+__all__ = ["Condition", "ConditionError", "parse_condition", "render", "template_names", "check_template", "kind_of",
            "MAX_CONDITION_CHARS", "MAX_DEPTH", "MAX_NODES", "MAX_SEQUENCE", "MAX_INT_BITS", "MAX_TEMPLATE_CHARS",
            "MAX_FIELDS", "MAX_WIDTH", "MAX_PRECISION"]
 
@@ -74,7 +74,7 @@ def _extreme(pick: Callable[..., Any]) -> Callable[..., Any]:
     def extreme(*args: Any) -> Any:
         if len(args) == 1:  # min([a, b, c]): over the list
             if not isinstance(args[0], list):
-                raise ConditionError(f"{pick.__name__}() of one value needs a list, got {_kind(args[0])}")
+                raise ConditionError(f"{pick.__name__}() of one value needs a list, got {kind_of(args[0])}")
             if not args[0]:
                 raise ConditionError(f"{pick.__name__}() of an empty list")
             args = tuple(args[0])
@@ -284,10 +284,10 @@ def _binary(op: type, left: Any, right: Any) -> Any:
                            isinstance(right, (str, list))):
         sequence, count = (left, right) if isinstance(left, (str, list)) else (right, left)
         if count > 0 and len(sequence) * count > MAX_SEQUENCE:  # (len * count: count is at most MAX_INT_BITS wide)
-            raise ConditionError(f"repeating {_kind(sequence)} of length {len(sequence)} with * makes more "
+            raise ConditionError(f"repeating {kind_of(sequence)} of length {len(sequence)} with * makes more "
                                  f"than {MAX_SEQUENCE} items")
         return sequence * count
-    raise ConditionError(f"cannot compute {_kind(left)} {symbol} {_kind(right)}")
+    raise ConditionError(f"cannot compute {kind_of(left)} {symbol} {kind_of(right)}")
 
 
 def _is_number(value: Any) -> bool:
@@ -307,11 +307,14 @@ def _narrow(value: int | float) -> int | float:
 
 def _number(value: Any, where: str) -> int | float:
     if not _is_number(value):
-        raise ConditionError(f"{where} needs a number, got {_kind(value)}")
+        raise ConditionError(f"{where} needs a number, got {kind_of(value)}")
     return _narrow(value)
 
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
+    """What a value is, in the words of an error message about a rule file (YAML or condition values)."""
+    if value is None:
+        return "nothing (null)"
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, numbers.Real):
@@ -320,6 +323,8 @@ def _kind(value: Any) -> str:
         return "a string"
     if isinstance(value, list):
         return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
     return f"a {type(value).__name__}"
 
 

@@ -23,7 +23,7 @@ from ..analysis.sites import FACT_NAMES, PATTERN_FACTS
 from ..errors import InputError
 from ..files import MiB, read_text
 from ..finding import SEVERITIES
-from .condition import Condition, ConditionError, check_template, parse_condition
+from .condition import Condition, ConditionError, check_template, kind_of, parse_condition
 
 __all__ = ["Rule", "load_rules", "builtin_rules_dir", "RULE_FILE_LIMIT", "MAX_RULE_FILES", "MAX_RULE_BYTES",
            "MAX_YAML_DEPTH", "MAX_YAML_VALUES", "MAX_NUMBER_CHARS", "MAX_PATTERN_DEPTH", "MAX_PATTERN_PARTS",
@@ -302,11 +302,11 @@ def _check_types(data: dict, path: Path, lines: dict[str, int]) -> None:
 
     for key, value in data.items():
         if key in _TEXT and not isinstance(value, str) and not (value is None and key in _OPTIONAL):
-            raise fail(key, f"'{key}' must be a string, got {_kind(value)}")
+            raise fail(key, f"'{key}' must be a string, got {kind_of(value)}")
         if key in ("sites", "ops", "references") and value is not None and not _strings(value, key != "references"):
-            raise fail(key, f"'{key}' must be a list of strings, got {_kind(value)}")
+            raise fail(key, f"'{key}' must be a list of strings, got {kind_of(value)}")
         if key == "preview" and not isinstance(value, bool):
-            raise fail(key, f"'preview' must be true or false, got {_kind(value)}")
+            raise fail(key, f"'preview' must be true or false, got {kind_of(value)}")
         if key == "severity" and not (isinstance(value, str) and value in SEVERITIES):
             raise fail(key, f"'severity' must be one of {', '.join(SEVERITIES)}; got {_brief(repr(value))}")
         if key == "params" and value is not None:
@@ -322,7 +322,7 @@ def _strings(value: Any, single_allowed: bool) -> bool:
 
 def _check_params(params: Any, fail) -> None:
     if not isinstance(params, dict):
-        raise fail(f"'params' must map names to numbers, strings or booleans, got {_kind(params)}")
+        raise fail(f"'params' must map names to numbers, strings or booleans, got {kind_of(params)}")
     for name, value in params.items():
         if not isinstance(name, str) or not name.isidentifier():
             raise fail(f"param name {_brief(repr(name))} is not a name (letters, digits and _)")
@@ -335,7 +335,7 @@ def _check_params(params: Any, fail) -> None:
             if not -_PARAM_INT <= value < _PARAM_INT:
                 raise fail(f"param '{name}' does not fit in 64 bits; write it as a float (1.0e30)")
         else:
-            raise fail(f"param '{name}' must be a number, a string or a boolean, got {_kind(value)}")
+            raise fail(f"param '{name}' must be a number, a string or a boolean, got {kind_of(value)}")
 
 
 def _check_pattern_shape(pattern: Any, fail) -> None:
@@ -414,19 +414,3 @@ def _template(data: dict, key: str, fail) -> set[str]:
         return check_template(data[key], f"'{key}'")
     except ConditionError as exc:
         raise fail(key, str(exc)) from None
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return f"a {type(value).__name__}"
