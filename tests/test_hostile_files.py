@@ -414,3 +414,16 @@ def test_attribute_of_the_wrong_type_is_an_invalid_model(tmp_path, capsys, attr,
     onnx.save(m, str(path))
     assert main([str(path)]) == 2
     _one_error_line(capsys.readouterr().err, str(path), "node 'norm' (LayerNormalization)", problem)
+
+
+def test_names_that_are_not_utf8_are_reported_visibly(tmp_path, capsys):
+    """protobuf hands a string field that is not UTF-8 over as bytes; the audit goes on and prints it escaped."""
+    m = fused_norm("LayerNormalization", epsilon=1e-12, stash_type=0, name="normQQQQ")
+    data = m.SerializeToString().replace(b"normQQQQ", b"norm\xff\xfe\xfd\xfc")
+    path = tmp_path / "m.onnx"
+    path.write_bytes(data)
+    assert main([str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "PA101" in out and "node 'norm\\udcff\\udcfe\\udcfd\\udcfc' (LayerNormalization)" in out
+    code, report = run_json([path], out_dir=tmp_path)
+    assert report["results"][0]["node_name"].startswith("norm")

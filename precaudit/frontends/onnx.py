@@ -15,7 +15,7 @@ from ..dtypes import format_of_onnx_type
 from ..errors import InputError
 from ..files import open_regular
 from ..ir import Graph, Node, Value
-from .onnx_data import element_count, tensor_loader
+from .onnx_data import element_count, tensor_loader, text
 from .source import user_frame
 
 __all__ = ["load_onnx"]
@@ -35,9 +35,9 @@ def load_onnx(path: str) -> Graph:
         except Exception as exc:  # an inliner failure should not hide the rest of the graph
             raise InputError(path, f"cannot inline model-local functions: {exc}") from exc
     model = _infer_shapes(model)
-    opsets = {_domain(imp.domain): imp.version for imp in model.opset_import}
+    opsets = {_domain(text(imp.domain)): imp.version for imp in model.opset_import}
     builder = _Builder(path, model_dir, opsets)
-    graph = Graph(path=path, producer_name=model.producer_name)
+    graph = Graph(path=path, producer_name=text(model.producer_name))
     builder.build(model.graph, graph, scope={}, subgraph_path="")
     _fill_missing_dtypes(graph)
     graph.exporter = _exporter(model)
@@ -74,11 +74,11 @@ def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def _exporter(model: onnx.ModelProto) -> str:
     """Which exporter wrote the model; the dynamo exporter leaves pkg.torch.onnx metadata on its nodes."""
-    if any(p.key.startswith("pkg.torch.onnx") for n in model.graph.node[:50] for p in n.metadata_props):
+    if any(text(p.key).startswith("pkg.torch.onnx") for n in model.graph.node[:50] for p in n.metadata_props):
         return "torch-dynamo"
     if model.producer_name == "pytorch":
         return "torch-torchscript"
-    return model.producer_name
+    return text(model.producer_name)
 
 
 # protobuf cannot parse a message above 2 GiB: a bigger file is not a model (its weights belong in external data)
@@ -126,17 +126,18 @@ class _Builder:
         """Add gp's nodes (and their bodies' nodes) to graph; gp's own nodes, in order."""
         scope = dict(scope)  # a body sees the outer scope, not the other way round
         for vi in [*gp.value_info, *gp.output, *gp.input]:  # an input's own declaration wins
-            self.types[vi.name] = vi.type
+            self.types[text(vi.name)] = vi.type
         for init in gp.initializer:
-            scope[init.name] = self._initializer_value(init)
-            scope[init.name].parent = parent
+            value = scope[text(init.name)] = self._initializer_value(init)
+            value.parent = parent
         for vi in gp.input:
             # a body's input shadows an outer value of the same name; at top level an initializer may stand for it
-            if subgraph_path or vi.name not in scope:
-                value = self._value(vi.name)
+            name = text(vi.name)
+            if subgraph_path or name not in scope:
+                value = self._value(name)
                 value.is_graph_input = not subgraph_path
                 value.parent = parent
-                scope[vi.name] = value
+                scope[name] = value
                 if not subgraph_path:
                     graph.inputs.append(value)
         own = []
@@ -150,11 +151,11 @@ class _Builder:
             for attr in np_.attribute:
                 for body in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
                     # node.name holds the path
-                    inner = self.build(body, graph, scope, f"{node.name}/{attr.name}/", parent=node)
+                    inner = self.build(body, graph, scope, f"{node.name}/{text(attr.name)}/", parent=node)
                     if attr.type == onnx.AttributeProto.GRAPH:
-                        node.body_nodes[attr.name] = inner
+                        node.body_nodes[text(attr.name)] = inner
         if not subgraph_path:
-            graph.outputs = [scope[o.name] for o in gp.output if o.name in scope]
+            graph.outputs = [scope[text(o.name)] for o in gp.output if text(o.name) in scope]
         return own
 
     def _value(self, name: str) -> Value:
@@ -168,8 +169,8 @@ class _Builder:
         return value
 
     def _initializer_value(self, init: onnx.TensorProto) -> Value:
-        value = Value(name=init.name, dtype=_dtype_name(init.data_type), shape=tuple(init.dims))
-        what = f"initializer '{init.name}'"
+        value = Value(name=text(init.name), dtype=_dtype_name(init.data_type), shape=tuple(init.dims))
+        what = f"initializer '{value.name}'"
         value.const_size = element_count(init.dims, self.path, what)
         external = init.data_location == onnx.TensorProto.EXTERNAL
         value.const_origin = what + (" (external data)" if external else "")
@@ -182,26 +183,29 @@ class _Builder:
         The analyses read attributes as the operator schema types them; checking here once keeps every reader
         simple. Unknown ops and attributes the schema does not list are left alone (custom domains, contrib ops).
         """
-        key = (np_.op_type, np_.domain or "", node.opset)
+        key = (node.op_type, node.domain, node.opset)
         if key not in self._schemas:
             self._schemas[key] = _schema_types(*key)
         types = self._schemas[key]
         for attr in np_.attribute:
-            want = types.get(attr.name)
+            want = types.get(text(attr.name))
             if want is not None and attr.type != want:
                 got = onnx.AttributeProto.AttributeType.Name(attr.type) if attr.type in _ATTR_TYPES else attr.type
-                raise InputError(self.path, f"node '{node.name}' ({node.op_type}): attribute '{attr.name}' must be "
+                raise InputError(self.path, f"node '{node.name}' ({node.op_type}): attribute '{text(attr.name)}' must be "
                                             f"{onnx.AttributeProto.AttributeType.Name(want)}, the file has {got}")
 
     def _node(self, np_: onnx.NodeProto, scope: dict[str, Value], subgraph_path: str) -> Node:
-        attrs = {a.name: _attr_value(a) for a in np_.attribute if a.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
-        name = np_.name or f"{np_.op_type}_{np_.output[0] if np_.output else ''}"  # raw: reports escape it
-        node = Node(name=subgraph_path + name, op_type=np_.op_type, domain=np_.domain or "", attrs=attrs,
-                    opset=self.opsets.get(_domain(np_.domain)), subgraph_path=subgraph_path)
+        attrs = {text(a.name): _attr_value(a) for a in np_.attribute
+                 if a.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
+        op_type, domain = text(np_.op_type), text(np_.domain)
+        outputs = [text(o) for o in np_.output]
+        name = text(np_.name) or f"{op_type}_{outputs[0] if outputs else ''}"  # raw: reports escape it
+        node = Node(name=subgraph_path + name, op_type=op_type, domain=domain, attrs=attrs,
+                    opset=self.opsets.get(_domain(domain)), subgraph_path=subgraph_path)
         self._check_attributes(np_, node)
         _attach_source(node, np_)
-        node.bodies = {a.name: a.g for a in np_.attribute if a.type == onnx.AttributeProto.GRAPH}
-        for iname in np_.input:
+        node.bodies = {text(a.name): a.g for a in np_.attribute if a.type == onnx.AttributeProto.GRAPH}
+        for iname in map(text, np_.input):
             if not iname:
                 node.inputs.append(None)
                 continue
@@ -213,13 +217,13 @@ class _Builder:
                                             "(a cycle, nodes out of topological order, or a missing value)")
             value.consumers.append(node)
             node.inputs.append(value)
-        for oname in np_.output:
+        for oname in outputs:
             value = self._value(oname) if oname else Value(name="")
             value.producer = node
             node.outputs.append(value)
             if oname:
                 scope[oname] = value
-        if np_.op_type == "Constant" and node.outputs:
+        if op_type == "Constant" and node.outputs:
             _make_constant(node, np_, self.path, self.model_dir)
         return node
 
@@ -248,14 +252,14 @@ def _make_constant(node: Node, np_: onnx.NodeProto, path: str, model_dir: Path) 
 
 def _attach_source(node: Node, np_: onnx.NodeProto) -> None:
     """Module scope and Python source line, from exporter metadata or the node name."""
-    meta = {p.key: p.value for p in np_.metadata_props}
+    meta = {text(p.key): text(p.value) for p in np_.metadata_props}
     scopes = re.findall(r"'([^']*)'", meta.get(_META_SCOPE, ""))
     if len(scopes) >= 2:
         # ['', 'encoder', 'encoder.layer.0', ..., 'layer_norm']: full dotted module paths, then the op itself
         node.scope = scopes[-2] or None
-    elif np_.name.startswith("/") and np_.name.count("/") > 1:
+    elif (own := text(np_.name)).startswith("/") and own.count("/") > 1:
         # TorchScript exporter names nodes "/encoder/layer.0/attention/Softmax"
-        node.scope = ".".join(p for p in np_.name.split("/")[1:-1] if p) or None
+        node.scope = ".".join(p for p in own.split("/")[1:-1] if p) or None
     frame = user_frame(meta.get(_META_STACK, ""))
     if frame is not None:
         node.source_file, node.source_line = frame

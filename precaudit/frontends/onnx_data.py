@@ -20,7 +20,7 @@ from onnx import numpy_helper
 from ..errors import InputError
 from ..files import note_read, open_regular
 
-__all__ = ["element_count", "tensor_loader"]
+__all__ = ["element_count", "tensor_loader", "text"]
 
 _T = onnx.TensorProto
 # Types stored several to a byte: bits per element.
@@ -84,7 +84,7 @@ def _byte_count(tensor: onnx.TensorProto, count: int, path: str, what: str) -> i
 
 def _external_entry(tensor: onnx.TensorProto, path: str, model_dir: Path, what: str) -> tuple[Path, int, int]:
     """The external data file (inside the model's folder), offset and byte count; refused when they disagree."""
-    info = {e.key: e.value for e in tensor.external_data}
+    info = {text(e.key): text(e.value) for e in tensor.external_data}
     location = info.get("location", "")
     target = (model_dir / location).resolve()
     if not location:
@@ -128,6 +128,12 @@ def _non_negative(info: dict[str, str], key: str, path: str, what: str) -> int:
     if number < 0:
         raise InputError(path, f"{what}: external data {key} {text[:40]!r} is not a non-negative integer")
     return number
+
+
+def text(value: str | bytes) -> str:
+    """A string field as text. protobuf hands over a field that is not UTF-8 as bytes; such bytes are kept (as
+    surrogate escapes, which reports print visibly) rather than crashing whatever reads the name next."""
+    return value if isinstance(value, str) else value.decode("utf-8", "surrogateescape")
 
 
 def _first_line(exc: Exception) -> str:

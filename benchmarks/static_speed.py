@@ -1,0 +1,79 @@
+"""Static audit speed and memory against the floor: reading the graph with onnx.load(load_external_data=False).
+
+Builds in a temporary folder (never committed) Llama-shaped fp16 decoders at 50, 100 and 200 layers (about 100
+nodes a layer, weights as sparse external data that a static audit never reads) and a TinyLlama-1.1B-shaped model
+with 2.2 GB of external data, then times in separate processes, best of --repeat:
+
+  floor     python -c "onnx.load(model, load_external_data=False)"
+  audit     precaudit model.onnx --dtype fp16 (the default text report, to a file)
+
+and prints wall time and peak RSS (VmHWM of each process) of both, their ratios, and the audit's time per node
+at each size (constant when the audit is linear in node count).
+
+    python benchmarks/static_speed.py [--layers 50,100,200] [--repeat 3] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from llama_onnx import SHAPES, LlamaShape, write_llama  # noqa: E402
+
+_PEAK = ("next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:'))")
+_FLOOR = f"import onnx, sys; onnx.load(sys.argv[1], load_external_data=False); print({_PEAK})"
+_AUDIT = (f"import sys; from precaudit.cli import main; code = main([sys.argv[1], '--dtype', 'fp16', '-o', "
+          f"sys.argv[2]]); print({_PEAK}); sys.exit(0 if code in (0, 1) else code)")
+
+
+def measure(code: str, args: list[str], repeat: int) -> tuple[float, float]:
+    """Best wall time (s) and the peak RSS (MB) of a child process running code."""
+    best, peak = float("inf"), 0.0
+    for _ in range(repeat):
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        if proc.returncode != 0:
+            raise SystemExit(f"failed: {proc.stderr.strip()[-500:]}")
+        best = min(best, wall)
+        peak = max(peak, int(proc.stdout.split()[-1]) / 1024)
+    return best, peak
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", default="50,100,200")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--keep", type=Path, help="build the models here and keep them")
+    args = parser.parse_args()
+    root = args.keep or Path(tempfile.mkdtemp(prefix="precaudit-static-speed-"))
+
+    import onnx
+
+    shape = SHAPES["tinyllama-1.1b"]
+    models = [(f"Llama-shaped, {n} layers", write_llama(root / f"layers{n}", LlamaShape(
+        n, shape.hidden, shape.intermediate, shape.heads, shape.kv_heads, shape.vocab)))
+        for n in map(int, args.layers.split(","))]
+    big = write_llama(root / "tinyllama", shape)
+    models.append((f"TinyLlama-1.1B-shaped, {(big.parent / 'model.weights').stat().st_size / 1e9:.1f} GB external",
+                   big))
+
+    print(f"{'model':44s} {'nodes':>6s} | {'floor':>14s} | {'precaudit':>14s} | {'ratio wall/RSS':>15s} | per node")
+    for label, path in models:
+        nodes = len(onnx.load(str(path), load_external_data=False).graph.node)
+        f_wall, f_rss = measure(_FLOOR, [str(path)], args.repeat)
+        a_wall, a_rss = measure(_AUDIT, [str(path), str(path.parent / "report.txt")], args.repeat)
+        print(f"{label:44s} {nodes:6d} | {f_wall:5.2f} s {f_rss:4.0f} MB | {a_wall:5.2f} s {a_rss:4.0f} MB | "
+              f"{a_wall / f_wall:5.2f}x / {a_rss / f_rss:4.2f}x | {a_wall / nodes * 1e6:5.0f} us "
+              f"({(a_wall - f_wall) / nodes * 1e6:4.0f} us beyond the floor)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
