@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -289,6 +290,7 @@ def _attr_value(attr: onnx.AttributeProto):
     return value
 
 
+@functools.lru_cache(maxsize=None)
 def _dtype_name(elem_type: int) -> str | None:
     fmt = format_of_onnx_type(elem_type)
     if fmt is not None:

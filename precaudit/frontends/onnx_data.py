@@ -8,6 +8,7 @@ file inside the model's folder, and any mismatch is one InputError naming the mo
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from pathlib import Path
@@ -86,10 +87,10 @@ def _external_entry(tensor: onnx.TensorProto, path: str, model_dir: Path, what: 
     """The external data file (inside the model's folder), offset and byte count; refused when they disagree."""
     info = {text(e.key): text(e.value) for e in tensor.external_data}
     location = info.get("location", "")
-    target = (model_dir / location).resolve()
     if not location:
         raise InputError(path, f"{what}: external data entry has no location")
-    if os.path.isabs(location) or model_dir not in target.parents:
+    target = _inside(model_dir, location)
+    if target is None:
         raise InputError(path, f"{what}: external data path {location[:200]!r} leaves the model's folder")
     offset = _non_negative(info, "offset", path, what)
     expected = _byte_count(tensor, element_count(tensor.dims, path, what), path, what)
@@ -97,6 +98,14 @@ def _external_entry(tensor: onnx.TensorProto, path: str, model_dir: Path, what: 
         raise InputError(path, f"{what}: external data length {info['length'][:40]} disagrees with dims "
                                f"{list(tensor.dims)} ({expected} bytes)")
     return target, offset, expected
+
+
+@functools.lru_cache(maxsize=256)
+def _inside(model_dir: Path, location: str) -> Path | None:
+    """The resolved external data file, if it stays inside the model's folder (symlinks resolved); a model's
+    thousands of tensors name a handful of files, so each is resolved once."""
+    target = (model_dir / location).resolve()
+    return None if os.path.isabs(location) or model_dir not in target.parents else target
 
 
 def _external(tensor: onnx.TensorProto, path: str, model_dir: Path, what: str) -> np.ndarray:
