@@ -1,36 +1,63 @@
 """What sign a value can take, from the ops that made it: can it be exactly zero, can it go negative?
 
 The classes, from safest: positive (> 0 by construction: x + eps, clamp(min > 0), exp, softmax),
-nonneg (>= 0 and can be exactly 0: relu, abs, a square, a norm), signed (can be negative: a difference),
-unknown (anything else: graph inputs, matmuls). Underflow of exp/softmax/sigmoid to 0 is left to the rules
-about those idioms, so that one hazard gives one finding.
+mask (a 0/1 mask and what moves it: every element can be 0), count (a sum or mean of a mask: 0 for a row with
+nothing unmasked, an all-padding row), nonneg (>= 0 and can be exactly 0: relu, abs, a square, a norm),
+signed (can be negative: a difference), unknown (anything else: graph inputs, matmuls). Underflow of
+exp/softmax/sigmoid to 0 is left to the rules about those idioms, so that one hazard gives one finding.
+
+What is a mask, precisely:
+- a bool value (a comparison, Not/And/Or/Xor, IsNaN/IsInf, a bool graph input) and anything cast from it;
+- a graph input of any numeric type whose name holds the word mask (attention_mask, padding_mask, mask,
+  attentionMask, mask.1; not masked_x): HF's int64 attention_mask cast to float is one;
+- a mask moved by Cast, Unsqueeze, Expand, Reshape, Transpose, Gather, Slice, ..., multiplied by another mask or
+  by a positive number, or subtracted from 1 (the inverted mask).
+An integer graph input with another name (input_ids, position_ids) and anything made from shapes (Shape, Range)
+is no mask. A count is a ReduceSum, ReduceMean, ReduceL1, ReduceL2, ReduceSumSquare, ReduceMax, ReduceMin or
+CumSum of a mask or a count, and stays one through the same moves, a product with a positive number or another
+count, a division by a positive number, and a clamp or Max whose floor is 0 in the dtype it runs in.
 """
 
 from __future__ import annotations
+
+import re
 
 from ..dtypes import round_to_format
 from ..ir import Node, Value
 from .constants import resolve_scalar
 
-__all__ = ["SignAnalysis"]
+__all__ = ["SignAnalysis", "is_mask_name"]
 
 _PASS = {"Cast", "Identity", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Flatten", "Transpose", "Gather",
          "Slice", "Tile", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceSum", "Split"}
 _POSITIVE = {"Exp", "Softmax", "Sigmoid", "Softplus"}
 _NONNEG = {"Relu", "Abs", "ReduceL2", "ReduceSumSquare", "ReduceL1", "ReduceVar", "LpNormalization"}
 _SIGNED = {"Sub", "Neg"}
-_ORDER = {"positive": 0, "nonneg": 1, "signed": 2, "unknown": 3}
+# ops whose output is bool: a 0/1 mask once cast to a number
+_BOOLEAN = {"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf"}
+# a reduction of a mask counts its unmasked elements (or takes their mean, or their max): 0 for an all-padding row
+_COUNTING = {"ReduceSum", "ReduceMean", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceMax", "ReduceMin", "CumSum"}
+_AT_LEAST_0 = ("positive", "mask", "count", "nonneg")
+_ORDER = {"positive": 0, "mask": 1, "count": 2, "nonneg": 3, "signed": 4, "unknown": 5}
+# the word mask in a name: attention_mask, mask, padding_mask, mask.1, attentionMask, masks; not masked_x
+_MASK_NAME = re.compile(r"(?:^|[^a-z])masks?(?:[^a-z]|$)|masks?$")
+
+
+def is_mask_name(name: str) -> bool:
+    """Whether a graph input's name says it is a mask (the word mask in it, as a word or at the end)."""
+    return _MASK_NAME.search(name.lower()) is not None
 
 
 class SignAnalysis:
     """Memoized sign classes of the values of one graph.
 
-    With a resolver, a guard's constant (Max(x, 1e-12), Clip(min=1e-12)) counts as it is after rounding into the
-    dtype the guard runs in: 1e-12 is 0.0 in fp16 and guards nothing there.
+    With a resolver, a constant that guards (Max(x, 1e-12), Clip(min=1e-12)) or is added as an eps (x + 1e-12)
+    counts as it is after rounding into the dtype the node runs in: 1e-12 is 0.0 in fp16 and guards nothing there.
     """
 
     def __init__(self, resolver=None) -> None:
         self._memo: dict[int, str] = {}
+        self._origins: dict[int, str] = {}  # id(value) -> where its mask comes from (mask_origin)
         self._resolver = resolver
 
     def of(self, value: Value | None) -> str:
@@ -65,10 +92,40 @@ class SignAnalysis:
                 ins.append(known)
             else:
                 stack.pop()
-                result = memo[id(frame[0])] = self._of_node(node, ins)
+                result = memo[id(frame[0])] = self._of_node(node, inputs, ins)
                 if stack:
                     stack[-1][3].append(result)
         return memo[key]
+
+    def mask_origin(self, value: Value | None) -> str:
+        """Where the mask behind a mask or count value comes from: a graph input, or the node that made the bool.
+
+        Follows, from the value up, the first input that is itself a mask or a count (their classes are memoized
+        already, so this is one step per node on the way).
+        """
+        path: dict[int, None] = {}  # every value on the way has the same origin: remembered for the next question
+        origin = ""
+        while value is not None and id(value) not in path:
+            if id(value) in self._origins:
+                origin = self._origins[id(value)]
+                break
+            path[id(value)] = None
+            if self.of(value) not in ("mask", "count"):
+                break
+            node = value.producer
+            if node is None:
+                origin = f"graph input '{value.name}'"
+                break
+            if node.op_type in _BOOLEAN:
+                origin = f"{node.op_type} '{node.name}'"
+                break
+            value = next((v for v in node.inputs if v is not None and self._memo.get(id(v)) in ("mask", "count")),
+                         None)
+            if value is None:
+                origin = f"{node.op_type} '{node.name}'"
+        for key in path:
+            self._origins[key] = origin
+        return origin
 
     def _enter(self, value: Value) -> list | None:
         """Start on a value not seen yet: class it at once (a constant, a graph input), or return the frame
@@ -77,20 +134,28 @@ class SignAnalysis:
         self._memo[key] = "unknown"  # guards against cycles (loop-carried values)
         const = resolve_scalar(value)
         if const is not None:
-            self._memo[key] = "positive" if const.value > 0 else "nonneg" if const.value == 0 else "signed"
+            self._memo[key] = _sign(const.value)
             return None
         node = value.producer
         if node is None:
+            if value.is_graph_input and not value.is_const and _mask_input(value):
+                self._memo[key] = "mask"
             return None
         return [value, node, [v for v in node.inputs if v is not None], []]
 
-    def _of_node(self, node: Node, ins: list[str]) -> str:
+    def _of_node(self, node: Node, inputs: list[Value], ins: list[str]) -> str:
         """A node's output class from its op and the classes of its (present) inputs, in order."""
         op = node.op_type
+        if op in _BOOLEAN:
+            return "mask"
+        if op in _COUNTING and ins and ins[0] in ("mask", "count"):
+            return "count"
         if op in _POSITIVE:
             return "positive"
         if op in _NONNEG:
             return "nonneg"
+        if op == "Sub" and len(ins) == 2 and ins[1] == "mask" and _const_value(inputs[0]) == 1:
+            return "mask"  # 1 - mask: the inverted mask
         if op in _SIGNED:
             return "signed"
         if op == "Sqrt":  # the root of a positive value is positive (a Gaussian's std from exp(logvar))
@@ -103,18 +168,23 @@ class SignAnalysis:
         if op == "Mul":
             if node.input(0) is node.input(1):
                 return "nonneg"
-            return _worst(ins) if all(c in ("positive", "nonneg") for c in ins) else "unknown"
+            return _worst(ins) if all(c in _AT_LEAST_0 for c in ins) else "unknown"
         if op == "Add":
-            if all(c in ("positive", "nonneg") for c in ins):
-                return "positive" if "positive" in ins else "nonneg"
+            # an added constant counts as rounded into the node's dtype; one that is 0 there adds nothing
+            ins = [c for c in (self._rounded_class(node, v, c) for v, c in zip(inputs, ins)) if c != "zero"] \
+                or ["nonneg"]
+            if all(c in _AT_LEAST_0 for c in ins):
+                return "positive" if "positive" in ins else _worst(ins)
             return "unknown"
         if op in ("Max", "Clip"):
             floor = self._floor(node)
-            if floor is not None:
-                return floor
-            return "unknown"
+            if floor == "nonneg":  # a floor of 0 leaves a mask or count as it was
+                return _worst([c for c in ins if c in ("mask", "count")] or ["nonneg"])
+            return floor or "unknown"
         if op == "Div":
-            return _worst(ins) if all(c in ("positive", "nonneg") for c in ins) else "unknown"
+            if all(c in _AT_LEAST_0 for c in ins):  # x / count is no count: only the dividend carries it
+                return _worst([ins[0], *("nonneg" if c in ("mask", "count") else c for c in ins[1:])])
+            return "unknown"
         if op == "Reciprocal":
             return ins[0] if ins and ins[0] == "positive" else "unknown"
         if op == "Concat":
@@ -122,6 +192,14 @@ class SignAnalysis:
         if op in _PASS and ins:
             return ins[0]
         return "unknown"
+
+    def _rounded_class(self, node: Node, value: Value, cls: str) -> str:
+        """An added constant's class after rounding into the node's dtype ('zero' for 0: x + 1e-9 in fp16 is x + 0)."""
+        const = resolve_scalar(value)
+        if const is None:
+            return cls
+        rounded = self._rounded(node, const.value)
+        return "zero" if rounded == 0 else _sign(rounded)
 
     def _floor(self, node: Node) -> str | None:
         """The sign a Max(x, c) or Clip(x, min=c) is guaranteed by its constant floor."""
@@ -133,10 +211,26 @@ class SignAnalysis:
             value = max((c.value for c in consts if c is not None), default=None)
         if value is None:
             return None
-        dtype = self._resolver.of_node(node) if self._resolver is not None else None
-        if dtype is not None:
-            value = round_to_format(float(value), dtype.fmt)
+        value = self._rounded(node, float(value))
         return "positive" if value > 0 else "nonneg" if value == 0 else None
+
+    def _rounded(self, node: Node, value: float) -> float:
+        dtype = self._resolver.of_node(node) if self._resolver is not None else None
+        return round_to_format(value, dtype.fmt) if dtype is not None else value
+
+
+def _mask_input(value: Value) -> bool:
+    """A bool graph input, or a numeric one named like a mask."""
+    return value.dtype == "bool" or value.dtype is not None and is_mask_name(value.name)
+
+
+def _const_value(value: Value) -> float | None:
+    const = resolve_scalar(value)
+    return const.value if const is not None else None
+
+
+def _sign(value: float) -> str:
+    return "positive" if value > 0 else "nonneg" if value == 0 else "signed"
 
 
 def _worst(classes: list[str]) -> str:

@@ -32,8 +32,8 @@ FACT_NAMES: dict[str, set[str]] = {
              *_DTYPE_FACTS},
     **{op.lower(): set(_OP_FACTS) for op in _OP_SITES},
 }
-FACT_NAMES["div"] |= {"divisor_op", "divisor_class"}
-FACT_NAMES["reciprocal"] |= {"divisor_op", "divisor_class"}
+FACT_NAMES["div"] |= {"divisor_op", "divisor_class", "divisor_mask"}
+FACT_NAMES["reciprocal"] |= {"divisor_op", "divisor_class", "divisor_mask"}
 FACT_NAMES["pow"].add("exponent")
 FACT_NAMES["softmax"].add("axis")
 FACT_NAMES["logsoftmax"].add("axis")
@@ -195,6 +195,7 @@ def _op_site(node: Node, resolver: DtypeResolver, signs: SignAnalysis) -> Site |
         divisor = node.input(1 if node.op_type == "Div" else 0)
         facts["divisor_op"] = feeding_op(divisor)
         facts["divisor_class"] = signs.of(divisor)
+        facts["divisor_mask"] = signs.mask_origin(divisor)
     if node.op_type == "Pow":
         facts["exponent"] = scalar_of(node.input(1))
     if node.op_type in ("Softmax", "LogSoftmax"):
