@@ -17,8 +17,9 @@ from .constants import resolve_scalar, skip_casts
 from .pattern import OpP, match_node
 from .signs import SignAnalysis
 
-__all__ = ["Site", "FACT_NAMES", "PATTERN_FACTS", "find_sites", "find_norm_sites", "find_constant_sites", "find_pattern_sites", "eps_facts", "dtype_facts",
-           "scalar_of", "feeding_op", "selected_by_where_only"]
+__all__ = ["Site", "FACT_NAMES", "PATTERN_FACTS", "find_sites", "find_norm_sites", "find_constant_sites", "find_pattern_sites",
+           "reduction_length", "eps_facts", "dtype_facts", "scalar_of", "feeding_op",
+           "selected_by_where_only"]
 
 # Single ops audited for what they do with their input; the site kind is the lower-case op name.
 _OP_SITES = {"Softmax", "LogSoftmax", "Log", "Sqrt", "Reciprocal", "Div", "Exp", "Pow"}
@@ -34,6 +35,9 @@ FACT_NAMES: dict[str, set[str]] = {
 }
 FACT_NAMES["div"] |= {"divisor_op", "divisor_class", "divisor_mask"}
 FACT_NAMES["reciprocal"] |= {"divisor_op", "divisor_class", "divisor_mask"}
+# Sums: how many elements each output adds up (unknown where a shape or the axes are), in which dtype.
+FACT_NAMES["reduction"] = {"op", "input_op", "in_norm_chain", "reduction_length", "reduction_axes", "swamp_length",
+                           "overflow_term", *_DTYPE_FACTS}
 FACT_NAMES["pow"].add("exponent")
 FACT_NAMES["softmax"].add("axis")
 FACT_NAMES["logsoftmax"].add("axis")
@@ -67,15 +71,22 @@ class Site:
 
 
 def find_sites(graph: Graph, resolver: DtypeResolver, signs: SignAnalysis) -> list[Site]:
-    """Every fused-norm and single-op site of the graph, in graph order."""
+    """Every fused-norm, single-op and reduction site of the graph, in graph order."""
     sites = {id(site.node): site for site in find_norm_sites(graph, resolver)}
+    reductions = []
     for node in graph.nodes:
-        if node.op_type in _OP_SITES and node.domain in ("", "ai.onnx"):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type in _OP_SITES:
             site = _op_site(node, resolver, signs)
             if site is not None:
                 sites[id(node)] = site
+        elif node.op_type in _REDUCTIONS:
+            site = _reduction_site(node, resolver)
+            if site is not None:
+                reductions.append(site)
     order = {id(node): i for i, node in enumerate(graph.nodes)}
-    return sorted(sites.values(), key=lambda s: order[id(s.node)])
+    return sorted([*sites.values(), *reductions], key=lambda s: order[id(s.node)])
 
 
 def find_constant_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
@@ -201,6 +212,70 @@ def _op_site(node: Node, resolver: DtypeResolver, signs: SignAnalysis) -> Site |
     if node.op_type in ("Softmax", "LogSoftmax"):
         facts["axis"] = node.attr("axis", -1 if (node.opset or 13) >= 13 else 1)
     return Site(node.op_type.lower(), node, facts)
+
+
+# Ops that add up elements along axes; the site says how many each output sums.
+_REDUCTIONS = {"ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum",
+               "ReduceLogSumExp", "CumSum"}
+
+
+def _reduction_site(node: Node, resolver: DtypeResolver) -> Site | None:
+    dtype = resolver.of_node(node)
+    if dtype is None:
+        return None
+    length, axes = reduction_length(node)
+    fmt = dtype.fmt
+    facts = {"op": node.op_type, "input_op": feeding_op(node.input(0)), "in_norm_chain": False,
+             "reduction_length": length, "reduction_axes": axes,
+             # with p significant bits (ulp at 1 = 2**(1-p)) a running sum that reaches 2**p times a term no longer
+             # changes when that term is added: it is half an ulp, and the tie goes to the even sum
+             "swamp_length": round(2 / fmt.ulp_at_1),
+             "overflow_term": fmt.max / length if length else None, **dtype_facts(dtype, resolver)}
+    return Site("reduction", node, facts)
+
+
+def reduction_length(node: Node) -> tuple[int | None, str]:
+    """How many elements each output of a reduction (or CumSum) adds up, and the axes as written.
+
+    The product of the reduced dims of the input's static shape; None when a dim is symbolic, the shape is
+    unknown, or the axes are an input computed at run time.
+    """
+    x = node.input(0)
+    shape = x.shape if x is not None else None
+    if node.op_type == "CumSum":
+        axis = scalar_of(node.input(1))
+        axes = None if axis is None else [int(axis)]
+    elif "axes" in node.attrs:  # before opset 13 (ReduceSum) or 18 (the others)
+        axes = [int(a) for a in node.attrs["axes"]]
+    elif node.input(1) is not None:
+        axes = _small_ints(node.input(1))
+    else:
+        axes = []
+    if axes is None:
+        return None, "computed at run time"
+    if not axes and node.attr("noop_with_empty_axes", 0):
+        return 1, "none (noop_with_empty_axes)"
+    shown = str(axes) if axes else "all"
+    if shape is None:
+        return None, shown
+    rank = len(shape)
+    picked = sorted({a + rank if a < 0 else a for a in axes}) if axes else list(range(rank))
+    if any(not 0 <= a < rank for a in picked):
+        return None, shown
+    dims = [shape[a] for a in picked]
+    if not all(isinstance(d, int) for d in dims):
+        return None, shown
+    return math.prod(dims), shown
+
+
+def _small_ints(value: Value, max_size: int = 64) -> list[int] | None:
+    """A small constant integer vector (Reduce* axes as an input), else None."""
+    if not value.is_const or value.const_size is None or value.const_size > max_size:
+        return None
+    data = value.const()
+    if data is None or data.dtype.kind not in "iu":
+        return None
+    return [int(v) for v in np.asarray(data).reshape(-1)]
 
 
 def find_pattern_sites(graph: Graph, resolver: DtypeResolver, rule_id: str, pattern: OpP) -> list[Site]:
