@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from .analysis.compute_dtype import DtypeResolver
 from .analysis.collect import collect_sites
-from .analysis.sites import Site
+from .analysis.sites import Site, find_weight_sites
 from .dtypes import Format
 from .errors import InputError
 from .finding import Finding
@@ -60,9 +60,14 @@ def _traced(path: str, graph: Graph, resolver: DtypeResolver, trace: TraceOption
 
 
 def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32: list[str],
-                 torch_options: TorchOptions | None = None, trace: TraceOptions | None = None) -> AuditResult:
-    """Audit each model; a model that fails to load is recorded as an error and the rest go on."""
+                 torch_options: TorchOptions | None = None, trace: TraceOptions | None = None,
+                 check_weights: bool = False) -> AuditResult:
+    """Audit each model; a model that fails to load is recorded as an error and the rest go on.
+
+    Weights are read only where the run reads them anyway (--trace) or the user asked (--check-weights).
+    """
     result = AuditResult()
+    weight_rules = any("weight" in rule.sites for rule in rules)
     for path in paths:
         try:
             graph = load_graph(path, torch_options, target.name)
@@ -72,6 +77,8 @@ def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32:
             if trace is not None:
                 traced, result.traces[path] = _traced(path, graph, resolver, trace, torch_options, target, keep_fp32)
                 sites += traced
+            if (trace is not None or check_weights) and weight_rules:
+                sites += find_weight_sites(graph, resolver)
             result.findings.extend(drop_suppressed(apply_rules(rules, sites, path)))
         except InputError as exc:
             result.errors.append(exc)

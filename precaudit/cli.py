@@ -101,6 +101,9 @@ def check(
                                                  help="Accept the current findings: write them to FILE and exit 0."),
     show_settings: bool = typer.Option(False, "--show-settings", help="Print the resolved configuration and exit."),
     trace: bool = typer.Option(False, "--trace", help="Run the model and emulate the target dtype op by op."),
+    check_weights: Optional[bool] = typer.Option(None, "--check-weights/--no-check-weights",
+                                                 help="Read every float32 weight (one at a time) and check it against "
+                                                      "the target dtype (always on with --trace)."),
     inputs: List[str] = typer.Option([], "--inputs", metavar="FILE.npz",
                                      help="Traced mode: one array per graph input (else synthesized); repeat the "
                                           "option for several batches."),
@@ -124,7 +127,7 @@ def check(
 
     given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "select": _split(select),
              "ignore": _split(ignore), "preview": preview, "format": output_format and output_format.value,
-             "fail_on": fail_on and fail_on.value, "baseline": baseline}
+             "fail_on": fail_on and fail_on.value, "baseline": baseline, "check_weights": check_weights}
     # Only flags the user typed override the pyproject: None and empty lists mean "not given".
     settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
     if show_settings:
@@ -175,7 +178,8 @@ def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_ze
     all_rules = load_rules(settings.rules)
     _check_all_selectors(settings, all_rules)
     rule_set = active_rules(all_rules, settings.select, settings.ignore, settings.preview)
-    result = audit_models(models, target, rule_set, settings.keep_fp32, torch_options, trace_options)
+    result = audit_models(models, target, rule_set, settings.keep_fp32, torch_options, trace_options,
+                          check_weights=settings.check_weights)
     for err in result.errors:
         typer.echo(f"precaudit: {err}", err=True)
     kept = drop_ignored(result.findings, {r.id: r for r in rule_set}, settings.per_model_ignores,
@@ -194,6 +198,7 @@ def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_ze
     report_settings = {"dtype": target.name, "fail_on": settings.fail_on, "keep_fp32": settings.keep_fp32,
                        "rules": settings.rules, "format": settings.format, "select": settings.select,
                        "ignore": settings.ignore, "preview": settings.preview, "baseline": settings.baseline,
+                       "check_weights": settings.check_weights or trace_options is not None,
                        "config_file": settings.config_file}
     return Outcome(result=AuditResult(counted, result.errors, result.models, result.traces), settings=report_settings,
                    exit_code=code, rules=rule_set, root=repo_root(), ignored=len(result.findings) - len(kept),

@@ -35,6 +35,7 @@ class Settings:
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
     preview: bool = False
+    check_weights: bool = False  # read every float32 weight and measure it against the target dtype
     baseline: str | None = None
     per_model_ignores: dict[str, list[str]] = field(default_factory=dict)
     per_node_ignores: dict[str, list[str]] = field(default_factory=dict)

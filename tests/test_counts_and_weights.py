@@ -1,0 +1,109 @@
+"""Issue 11, parts 3 and 4c end to end: counts of masks through deep graphs, and --check-weights (the flag, the
+pyproject key, memory bounded by the largest tensor, a missing weight file)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+
+from fixtures.PA212_weight_overflow import projection
+from fixtures.onnx_builders import model, save
+from precaudit.analysis.signs import is_mask_name
+from precaudit.cli import main
+from tests.helpers import run_cli_process, run_json
+
+
+def test_mask_names():
+    for name in ("attention_mask", "mask", "padding_mask", "src_key_padding_mask", "attentionMask", "mask.1",
+                 "attention_masks", "Mask"):
+        assert is_mask_name(name), name
+    for name in ("masked_x", "input_ids", "token_type_ids", "maskless", "position_ids"):
+        assert not is_mask_name(name), name
+
+
+def test_a_count_20000_nodes_below_its_mask_is_found_without_recursion(tmp_path):
+    """attention_mask → Cast → 20,000 × (Unsqueeze, Squeeze) → ReduceSum → Div: classed and traced to its input."""
+    axes = h.make_tensor("axes", T.INT64, [1], [0])
+    nodes = [h.make_node("Cast", ["attention_mask"], ["m0"], name="cast", to=T.FLOAT)]
+    prev = "m0"
+    for i in range(10_000):
+        nodes += [h.make_node("Unsqueeze", [prev, "axes"], [f"u{i}"], name=f"u{i}"),
+                  h.make_node("Squeeze", [f"u{i}", "axes"], [f"q{i}"], name=f"q{i}")]
+        prev = f"q{i}"
+    nodes += [h.make_node("ReduceSum", [prev, "axes1"], ["count"], name="count", keepdims=1),
+              h.make_node("Div", ["x", "count"], ["y"], name="mean")]
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [2, 5]),
+                      h.make_tensor_value_info("attention_mask", T.INT64, [2, 5])],
+              [h.make_tensor_value_info("y", T.FLOAT, [2, 5])], [axes, h.make_tensor("axes1", T.INT64, [1], [1])])
+    code, report = run_json([save(m, tmp_path / "deep.onnx", check=False)], "--select", "PA304", out_dir=tmp_path)
+    assert report["errors"] == []
+    assert [(r["rule_id"], r["node_name"], r["values"]["divisor_mask"]) for r in report["results"]] == \
+        [("PA304", "mean", "graph input 'attention_mask'")]
+
+
+def test_check_weights_from_the_pyproject(tmp_path, monkeypatch):
+    (tmp_path / ".git").mkdir()
+    save(projection(70000.0), tmp_path / "model.onnx")
+    monkeypatch.chdir(tmp_path)
+    code, report = run_json(["model.onnx"], out_dir=tmp_path)
+    assert code == 0 and report["results"] == [] and report["settings"]["check_weights"] is False
+    (tmp_path / "pyproject.toml").write_text("[tool.precaudit]\ncheck-weights = true\n")
+    code, report = run_json(["model.onnx"], out_dir=tmp_path)
+    assert code == 1 and [r["rule_id"] for r in report["results"]] == ["PA212"]
+    assert report["settings"]["check_weights"] is True
+    code, report = run_json(["model.onnx", "--no-check-weights"], out_dir=tmp_path)
+    assert code == 0 and report["results"] == []
+
+
+def test_check_weights_must_be_a_boolean_in_the_pyproject(tmp_path, monkeypatch, capsys):
+    (tmp_path / ".git").mkdir()
+    save(projection(1.0), tmp_path / "model.onnx")
+    (tmp_path / "pyproject.toml").write_text('[tool.precaudit]\ncheck-weights = "yes"\n')
+    monkeypatch.chdir(tmp_path)
+    assert main(["model.onnx"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "check-weights: must be true or false" in err[0]
+
+
+def _external_model(folder, tensors: int, rows: int = 2048, cols: int = 4096):
+    """x @ W0 + x @ W1 + ...: each W a float32 [rows, cols] in one external data file, one value 1e5."""
+    nodes, inits, prev = [], [], None
+    for i in range(tensors):
+        w = np.full((rows, cols), 0.01, np.float32)
+        w[0, i] = 1e5
+        inits.append(numpy_helper.from_array(w, f"W{i}"))
+        nodes.append(h.make_node("MatMul", ["x", f"W{i}"], [f"p{i}"], name=f"proj{i}"))
+        if prev is not None:
+            nodes.append(h.make_node("Add", [prev, f"p{i}"], [f"s{i}"], name=f"sum{i}"))
+        prev = f"s{i}" if prev is not None else f"p{i}"
+    nodes.append(h.make_node("Identity", [prev], ["y"], name="output"))
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [1, rows])],
+              [h.make_tensor_value_info("y", T.FLOAT, [1, cols])], inits)
+    path = folder / "big.onnx"
+    onnx.save(m, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="big.data",
+              size_threshold=1024)
+    return path
+
+
+def test_check_weights_reads_one_tensor_at_a_time(tmp_path):
+    """Six 32 MiB weights (192 MiB): checking them all costs a few times the largest one, not their sum."""
+    path = _external_model(tmp_path, tensors=6)
+    code, _, err, static = run_cli_process([path, "--select", "PA212"], tmp_path)
+    assert code == 0, err
+    code, out, err, checked = run_cli_process([path, "--select", "PA212", "--check-weights"], tmp_path)
+    assert code == 1, err
+    assert out.count("PA212 weight-overflow") == 6
+    assert checked - static < 4 * 32, (static, checked)  # the loader holds a tensor up to three times while reading
+
+
+def test_a_missing_weight_file_is_one_line_only_when_weights_are_read(tmp_path, capsys):
+    path = _external_model(tmp_path, tensors=1, rows=32, cols=32)
+    (tmp_path / "big.data").unlink()
+    assert main([str(path)]) == 0  # a static audit never needs the weights
+    capsys.readouterr()
+    assert main([str(path), "--check-weights"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "W0" in err[0] and "Traceback" not in err[0], err
