@@ -16,7 +16,11 @@ A pattern is a tree of dicts:
     {any_of: [{op: Relu}, {op: Abs}]}
     _                             # anything
 
-Edges look through Cast and Identity, and two-input Add/Mul/Max/Min match their inputs in either order.
+Edges look through Cast and Identity, and two-input Add/Mul/Max/Min match their inputs in either order. When
+the node found there does not match, the edge is read canonically (canonical.views): through Reshape / Expand /
+Squeeze / Unsqueeze, and a mean written as ReduceSum·(1/n), ReduceSum/n, GlobalAveragePool or
+ReduceSumSquare/n matches `op: ReduceMean` (for ReduceSumSquare its input is a Mul(x, x)), as tf2onnx, jax2onnx
+and paddle2onnx write them.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from ..ir import Node, Value
+from .canonical import views
 from .constants import producer_through_casts, resolve_scalar
 
 __all__ = ["Pattern", "PatternError", "compile_pattern", "match_node", "pattern_names", "root_ops"]
@@ -173,7 +178,15 @@ def _match_value(pattern: Pattern, value: Value | None, where: str) -> MatchResu
     producer = producer_through_casts(value)
     if producer is None:
         return MatchResult(False, reason=f"{where}: expected {'|'.join(pattern.ops)}, found {_describe(value)}")
-    return _match_op(pattern, producer, where)
+    result = _match_op(pattern, producer, where)
+    if result.ok:
+        return result
+    for view in views(value):  # the same value read canonically; the reason stays the one about the real node
+        if view.op_type in pattern.ops:
+            other = _match_op(pattern, view, where)
+            if other.ok:
+                return other
+    return result
 
 
 def _match_op(pattern: OpP, node: Node, where: str) -> MatchResult:
