@@ -1,4 +1,23 @@
-"""Which dtype a value is held in, and a node computes in, when the model runs at the target dtype — and why."""
+"""Which dtype a value is held in, and a node computes in, when the model runs at the target dtype — and why.
+
+What a float32 island is (the rules `DtypeResolver` applies; README "Which dtype applies" gives the converter
+code they rest on):
+
+- An island starts at a ``Cast`` that really widens an activation: its input is a float tensor stored in a
+  format the Cast's ``to`` holds exactly and more (float16/bfloat16 → float32, float32 → float64) and is no
+  constant. A Cast to the dtype its input already has (``.float()`` / ``.to(dtype)`` in a float32 export) is a
+  no-op, no island; a narrowing Cast (float32 → float16, float64 → float32) ends one.
+- An island flows through every node that reads it, unless the node also reads an activation stored in the
+  island's dtype but held in the target dtype: a float32 value outside any island, which a converter retypes
+  (a residual ``Add`` of the upcast branch and the float32-stored stream). That node runs in the target dtype,
+  so the island ends there. Constants (weights, an eps) never end one, nor do fills: values whose float content
+  all comes from the file (``Where(mask, 0, -inf)``, ``ConstantOfShape``), as attention-mask biases are made.
+  Nor does a value stored in a narrower dtype: the graph itself mixes them, and in a captured PyTorch module
+  float16 * float32 computes in float32 (type promotion); an ONNX node cannot mix them at all.
+- A no-op Cast, and the place an island ended, are remembered only to explain a finding's reason (why the
+  float32 a reader sees upstream does not count); such a note flows the way an island would.
+- A node kept by ``--keep-fp32`` computes in float32, and a converter casts its outputs back to the target dtype.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +31,10 @@ from .constants import is_constant
 __all__ = ["ComputeDtype", "DtypeResolver"]
 
 _FLOAT_NAMES = {"fp16", "bf16", "fp32", "fp64", "fp8-e4m3", "fp8-e5m2"}
+# An embedding lookup reads a weight table, but what it returns is the activation stream, not a fill.
+_LOOKUPS = {"Gather", "GatherElements", "GatherND"}
+# Ops that make a float tensor from no float input, with values fixed by the file.
+_FILLS = {"ConstantOfShape", "EyeLike"}
 
 
 @dataclass(frozen=True)
@@ -22,14 +45,34 @@ class ComputeDtype:
     reason: str
 
 
+@dataclass(frozen=True)
+class _Origin:
+    """The Cast a value descends from, and what it means for the value.
+
+    kind: "island" (the Cast widened an activation: it is held in `to`), "cast" (it narrowed or changed it: a
+    value stored in `to` says so in its reason), or a note that only explains a reason: "noop" (the Cast changed
+    nothing), "ended" (the island from the Cast ended at `ended_at`, which also read `ended_by`).
+    """
+
+    cast: str  # the Cast node's name
+    to: str  # the format it cast to
+    kind: str
+    ended_at: str = ""
+    ended_by: str = ""
+
+    @property
+    def island(self) -> bool:
+        return self.kind == "island"
+
+
 class DtypeResolver:
     """Maps the stored graph onto a run at the target dtype.
 
-    A tensor stored in float32 runs in the target dtype (what an fp16 converter does), unless it lies
-    downstream of an explicit Cast to float32 (an intended fp32 island) or comes out of a node the user
-    keeps in float32. Tensors stored in another float type (an fp16 model, a Cast to double) keep it. A
-    model already converted to the target's narrow format runs as written, so its float32 tensors (an fp32
-    constant inside an fp32 island) stay float32.
+    A tensor stored in float32 runs in the target dtype (what an fp16 converter does), unless it lies in a
+    float32 island (downstream of a Cast that really widens an activation, up to a node that also reads a
+    target-dtype activation) or comes out of a node the user keeps in float32. Tensors stored in another float
+    type (an fp16 model, a Cast to double) keep it. A model already converted to the target's narrow format runs
+    as written, so its float32 tensors (an fp32 constant inside an fp32 island) stay float32.
     """
 
     def __init__(self, graph: Graph, target: Format, keep_fp32: list[str] | tuple[str, ...] = ()):
@@ -37,7 +80,9 @@ class DtypeResolver:
         self.target = target
         self.keep_fp32 = list(keep_fp32)
         self.converted = target.name not in ("fp32", "fp64") and graph.converted_to is None and _converted(graph, target)
-        self._cast_origin: dict[int, tuple[str, str]] = {}  # id(value) -> (Cast node name, dtype it cast to)
+        self._origin: dict[int, _Origin] = {}  # id(value) -> the Cast it descends from
+        self._ends_at: dict[int, tuple[_Origin, Value, ComputeDtype]] = {}  # id(node) -> island, activation, dtype
+        self._fills: set[int] = set()  # id(value) of values whose float content all comes from the file
         self._propagate_casts()
 
     def kept_by(self, node: Node) -> str | None:
@@ -51,28 +96,44 @@ class DtypeResolver:
         """The dtype a float value is held in during the audited run; None for non-float values."""
         if value.dtype not in _FLOAT_NAMES:
             return None
-        cast, cast_to = self._cast_origin.get(id(value), (None, None))
+        origin = self._origin.get(id(value))
+        island = origin if origin is not None and origin.island else None
         if value.dtype != "fp32":
             fmt = FORMATS[value.dtype]
-            if cast is not None and cast_to == value.dtype:
-                return ComputeDtype(fmt, f"after Cast to {fmt.long_name} at node '{cast}'")
+            if origin is not None and origin.kind in ("island", "cast") and origin.to == value.dtype:
+                return ComputeDtype(fmt, f"after Cast to {fmt.long_name} at node '{origin.cast}'")
             if self.graph.converted_to == value.dtype:
                 return ComputeDtype(fmt, f"--dtype {fmt.name}: the module was converted with model.to({fmt.long_name})")
             return ComputeDtype(fmt, f"model stored in {fmt.long_name}")
         if self.target.name == "fp32":
             return ComputeDtype(self.target, "model stored in float32, --dtype fp32")
-        if cast is not None and cast_to == "fp32":
-            # an explicit upcast marks an intended float32 island (HF RMSNorm, T5 LayerNorm)
-            return ComputeDtype(FORMATS["fp32"], f"after Cast to float32 at node '{cast}'")
+        if island is not None and island.to == "fp32":
+            # a Cast that widens an activation marks an intended float32 island (HF RMSNorm, T5 LayerNorm)
+            return ComputeDtype(FORMATS["fp32"], f"after Cast to float32 at node '{island.cast}'")
         if self.converted:
             return ComputeDtype(FORMATS["fp32"], f"stored in float32 in a model stored in {self.target.long_name}")
-        return ComputeDtype(self.target, f"--dtype {self.target.name}: float32 tensors run as {self.target.long_name}")
+        why = f"--dtype {self.target.name}: float32 tensors run as {self.target.long_name}"
+        if origin is not None and origin.kind == "noop" and origin.to == "fp32":
+            return ComputeDtype(self.target, f"{why} (the Cast to float32 at '{origin.cast}' is a no-op: its input "
+                                             "is already float32)")
+        if origin is not None and origin.kind == "ended":
+            return ComputeDtype(self.target, f"{why} (the {FORMATS[origin.to].long_name} island after Cast "
+                                             f"'{origin.cast}' ends at '{origin.ended_at}', which also reads "
+                                             f"'{origin.ended_by}')")
+        return ComputeDtype(self.target, why)
 
     def of_node(self, node: Node) -> ComputeDtype | None:
-        """The dtype a node computes in: its kept-fp32 status, else the dtype of its first float input."""
+        """The dtype a node computes in: its kept-fp32 status, else the dtype of its first float input (the
+        target-dtype activation where a float32 island ends at the node)."""
         pattern = self.kept_by(node)
         if pattern is not None:
             return ComputeDtype(FORMATS["fp32"], f"kept in float32 by --keep-fp32 {pattern}")
+        end = self._ends_at.get(id(node))
+        if end is not None:
+            island, other, dtype = end
+            return ComputeDtype(dtype.fmt, f"the {FORMATS[island.to].long_name} island after Cast '{island.cast}' ends "
+                                           f"here: '{node.name}' also reads '{other.name}', held in "
+                                           f"{dtype.fmt.long_name} ({dtype.reason})")
         for value in node.inputs:
             if value is not None:
                 dtype = self.of_value(value)
@@ -96,25 +157,69 @@ class DtypeResolver:
         return ComputeDtype(fmt, f"stash_type={stash_type} ({fmt.long_name})")
 
     def _propagate_casts(self) -> None:
-        """Remember, for each value, the Cast that set its dtype, until another Cast or a kept node."""
+        """Mark, in graph order, the values each island (and each no-op Cast's note) reaches."""
         for node in self.graph.nodes:
+            # an If's data comes into its branches by name, not as inputs: those values count too
+            reads = [v for v in ([*node.inputs, *implicit_inputs(node)] if node.bodies else node.inputs)
+                     if v is not None and v.dtype in _FLOAT_NAMES]
+            self._note_fills(node, reads)
             if node.op_type == "Cast":
-                fmt = format_of_onnx_type(node.attr("to", 0))
-                # casting a constant (an eps) says nothing about the dtype the activations flow in, and casting
-                # ints or bools (a mask, positions) to float32 is no upcast of activations
-                source = node.input(0)
-                upcast = source is not None and source.dtype in _FLOAT_NAMES and not is_constant(source)
-                origin = (node.name, fmt.name) if fmt is not None and upcast else None
+                origin = self._cast_origin(node)
             elif self.kept_by(node) is not None:
                 origin = None  # a converter casts a kept node's outputs back to the target dtype
             else:
-                # an If's data comes into its branches by name, not as inputs: those values count too
-                reads = [*node.inputs, *implicit_inputs(node)] if node.bodies else node.inputs
-                origin = next((self._cast_origin[id(v)] for v in reads
-                               if v is not None and id(v) in self._cast_origin and not is_constant(v)), None)
+                origin = self._carried(node, [v for v in reads if not is_constant(v)])
             if origin is not None:
                 for out in node.outputs:
-                    self._cast_origin[id(out)] = origin
+                    self._origin[id(out)] = origin
+
+    def _cast_origin(self, node: Node) -> _Origin | None:
+        """A Cast that widens an activation starts an island; a no-op one passes on what its input carries."""
+        fmt = format_of_onnx_type(node.attr("to", 0))
+        source = node.input(0)
+        # casting a constant (an eps) says nothing about the dtype the activations flow in, and casting ints or
+        # bools (a mask, positions) to float32 is no upcast of activations
+        if fmt is None or source is None or source.dtype not in _FLOAT_NAMES or is_constant(source):
+            return None
+        if source.dtype == fmt.name:  # .float() of a float32 value: an island passes on unchanged
+            inherited = self._origin.get(id(source))
+            if inherited is not None and inherited.kind in ("island", "cast"):
+                return inherited
+            return _Origin(node.name, fmt.name, "noop")
+        # a narrowing Cast ends the island its input was in: what it makes is held as it is stored
+        return _Origin(node.name, fmt.name, "island" if _widens(FORMATS[source.dtype], fmt) else "cast")
+
+    def _note_fills(self, node: Node, reads: list[Value]) -> None:
+        """A mask bias built from constants (Where(mask, 0, -inf), a ConstantOfShape fill) is no activation."""
+        if node.op_type in _FILLS or reads and node.op_type not in _LOOKUPS and all(
+                is_constant(v) or id(v) in self._fills for v in reads):
+            self._fills.update(id(out) for out in node.outputs)
+
+    def _carried(self, node: Node, reads: list[Value]) -> _Origin | None:
+        """What a node's outputs descend from: the island (else the note) among its float non-constant reads,
+        unless it also reads an activation stored in the island's dtype, held in the target dtype outside it."""
+        origins = [self._origin.get(id(v)) for v in reads]
+        carried = next((o for o in origins if o is not None and o.island), None) \
+            or next((o for o in origins if o is not None), None)
+        if carried is None or carried.island and carried.to == self.target.name:
+            return carried  # (in an audit at float32 an island has no narrower dtype to end in)
+        for value, origin in zip(reads, origins):
+            if origin is not None and origin.island == carried.island or id(value) in self._fills \
+                    or value.dtype != carried.to:
+                continue
+            dtype = self.of_value(value)
+            if dtype is not None and dtype.fmt.name == self.target.name:
+                if not carried.island:
+                    return None  # a note (or a narrowed value's reason) goes no further than an island would
+                self._ends_at[id(node)] = (carried, value, dtype)
+                return _Origin(carried.cast, carried.to, "ended", ended_at=node.name, ended_by=value.name)
+        return carried
+
+
+def _widens(source: Format, to: Format) -> bool:
+    """Whether `to` holds every value of `source`, and more: float16/bfloat16 → float32, float32 → float64."""
+    return (source.name != to.name and to.max >= source.max and to.smallest_subnormal <= source.smallest_subnormal
+            and to.ulp_at_1 <= source.ulp_at_1)
 
 
 def _converted(graph: Graph, target: Format) -> bool:
