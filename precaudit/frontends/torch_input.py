@@ -72,7 +72,8 @@ def _submodule_file(folders: list[str], parts: list[str]) -> Path | None:
 def load_torch(spec: str, options: TorchOptions, target: str) -> Graph:
     """Import torch only now: ONNX audits and --version never pay for it."""
     _require_torch(spec)
-    from .torch_graph import load_torch_graph, stopped_as_error
+    from .torch_graph import load_torch_graph
+    from .user_code import stopped_as_error
 
     with stopped_as_error(spec):
         return load_torch_graph(spec, options, target)
@@ -81,7 +82,8 @@ def load_torch(spec: str, options: TorchOptions, target: str) -> Graph:
 def load_torch_for_trace(spec: str, options: TorchOptions, target: str) -> Graph:
     """The model exported to ONNX, which traced mode's emulator runs."""
     _require_torch(spec)
-    from .torch_graph import load_torch_as_onnx, stopped_as_error
+    from .torch_graph import load_torch_as_onnx
+    from .user_code import stopped_as_error
 
     with stopped_as_error(spec):
         return load_torch_as_onnx(spec, options, target)
