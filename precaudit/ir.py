@@ -16,6 +16,9 @@ class Value:
 
     name: str
     dtype: str | None = None  # canonical format name ("fp16", "fp32", ...) for floats, numpy name otherwise
+    # Why a frontend gave this value its dtype, when the graph alone cannot say (a PyTorch op under autocast:
+    # "autocast(cuda) runs matmul in float16"); the dtype resolver then reports it as is.
+    dtype_note: str | None = None
     shape: tuple | None = None  # ints for known dims, strings for symbolic ones, None for unknown
     producer: "Node | None" = None
     consumers: list["Node"] = field(default_factory=list)

@@ -96,6 +96,8 @@ class DtypeResolver:
         """The dtype a float value is held in during the audited run; None for non-float values."""
         if value.dtype not in _FLOAT_NAMES:
             return None
+        if value.dtype_note is not None:
+            return ComputeDtype(FORMATS[value.dtype], value.dtype_note)
         origin = self._origin.get(id(value))
         island = origin if origin is not None and origin.island else None
         if value.dtype != "fp32":
