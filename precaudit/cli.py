@@ -46,6 +46,7 @@ class OutputFormat(str, Enum):
     sarif = "sarif"
     github = "github"
     junit = "junit"
+    concise = "concise"
 
 
 class FailOn(str, Enum):
@@ -90,6 +91,8 @@ def check(
     preview: Optional[bool] = typer.Option(None, "--preview/--no-preview",
                                            help="Also run preview rules matched by a prefix or the default selection."),
     output_format: Optional[OutputFormat] = typer.Option(None, "--format", "-f", help="Report format (default text)."),
+    no_group: bool = typer.Option(False, "--no-group",
+                                  help="Text report: one block per finding instead of one per set of alike findings."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file."),
     fail_on: Optional[FailOn] = typer.Option(None, "--fail-on",
                                              help="Exit 1 when a finding of this severity or worse is found (default error)."),
@@ -157,7 +160,7 @@ def check(
         from .report.text import render_statistics
         text = render_statistics(outcome)
     else:
-        text = _render(outcome, output is None and _color_ok(no_color))
+        text = _render(outcome, output is None and _color_ok(no_color), group=not no_group)
     _write(text, output)
     return outcome.exit_code
 
@@ -325,8 +328,11 @@ def _split(entries: list[str]) -> list[str]:
     return [item.strip() for entry in entries for item in entry.split(",") if item.strip()]
 
 
-def _render(outcome: Outcome, color: bool) -> str:
+def _render(outcome: Outcome, color: bool, group: bool = True) -> str:
     fmt = outcome.settings["format"]
+    if fmt == "concise":
+        from .report.text import render_concise
+        return render_concise(outcome)
     if fmt == "json":
         from .report.json import render_json
         return render_json(outcome)
@@ -340,7 +346,7 @@ def _render(outcome: Outcome, color: bool) -> str:
         from .report.junit import render_junit
         return render_junit(outcome)
     from .report.text import render_text
-    return render_text(outcome, color=color)
+    return render_text(outcome, color=color, group=group)
 
 
 def _note_named_inputs(models: list[str], settings: Settings, inputs: list[str]) -> None:

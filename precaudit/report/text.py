@@ -1,4 +1,4 @@
-"""Readable text: findings grouped by model, each with its location, numbers and fix, then a summary."""
+"""Readable text: findings by model, alike findings in one block, each with its location, numbers and fix."""
 
 from __future__ import annotations
 
@@ -6,17 +6,18 @@ from collections import Counter
 
 from ..audit import AuditResult
 from ..escape import printable
-from ..finding import SEVERITIES
+from ..finding import SEVERITIES, Finding
+from .folding import fold_names, fold_set, fold_texts, shape_of
 from .locations import node_phrase, shown
 from .outcome import Outcome
 
-__all__ = ["render_text", "render_statistics", "summary_line"]
+__all__ = ["render_text", "render_concise", "render_statistics", "summary_line", "group_findings"]
 
 _COLORS = {"error": "31", "warning": "33", "info": "36"}
 
 
-def render_text(outcome: Outcome, color: bool = False) -> str:
-    """The report a person reads in a terminal or a CI log.
+def render_text(outcome: Outcome, color: bool = False, group: bool = True) -> str:
+    """The report a person reads in a terminal or a CI log; alike findings share one block unless group=False.
 
     Every string from a model or a path is escaped (escape.printable) before it is painted or joined, so each
     line below is one line, and the only escape sequences are the colors painted here.
@@ -26,25 +27,90 @@ def render_text(outcome: Outcome, color: bool = False) -> str:
 
     result = outcome.result
     lines: list[str] = []
+    blocks = 0
     for model in _models_in_order(result):
-        findings = [f for f in result.findings if f.model == model]
+        findings = [shown(f) for f in result.findings if f.model == model]
         if not findings:
             continue
         lines.append(paint(printable(model), "1") + f"  (--dtype {outcome.settings['dtype']})")
-        for f in map(shown, findings):
-            where = node_phrase(f)
-            if f.source_file:
-                where = f"{f.source_file}:{f.source_line}  " + where
-            lines.append(f"  {paint(f'{f.severity:<8}', _COLORS[f.severity])}{f.rule_id} {f.rule_name}  {where}")
-            lines.append(f"          {f.message}")
-            if f.values.get("compute_reason"):
-                lines.append(f"          why {f.values['compute_dtype']}: {f.values['compute_reason']}")
-            lines.append(f"          fix: {f.fix}")
+        groups = group_findings(findings) if group else [[f] for f in findings]
+        blocks += len(groups)
+        for members in groups:
+            first = members[0]
+            head = f"  {paint(f'{first.severity:<8}', _COLORS[first.severity])}{first.rule_id} {first.rule_name}  "
+            lines.extend(_block(members, head))
         lines.append("")
     lines.extend(_trace_lines(result))
     lines.append(summary_line(result))
+    if blocks < len(result.findings):
+        lines.append(f"{_count(len(result.findings), 'finding')} shown in {_count(blocks, 'block')} of alike "
+                     "findings; --no-group or --format concise lists each one.")
     lines.extend(_hidden_lines(outcome))
     return "\n".join(lines) + "\n"
+
+
+def group_findings(findings: list[Finding]) -> list[list[Finding]]:
+    """Findings that say the same thing about different nodes, in order of their first member.
+
+    Alike: same model, rule, severity, compute dtype and eps, and a message, reason and fix that differ only in
+    the indices inside names (block.3 for block.4) and, in the message, in measured numbers. Pass the escaped
+    copies (locations.shown): their folded names are printed as they are.
+    """
+    groups: dict[tuple, list[Finding]] = {}
+    for f in findings:
+        key = (f.model, f.rule_id, f.severity, f.values.get("compute_dtype"), repr(f.values.get("eps")),
+               shape_of(f.message), shape_of(f.values.get("compute_reason") or "", quantities=False),
+               shape_of(f.fix, quantities=False))
+        groups.setdefault(key, []).append(f)
+    return list(groups.values())
+
+
+def _block(members: list[Finding], head: str) -> list[str]:
+    """One finding as four lines; several alike ones as the same four lines with their names folded."""
+    first = members[0]
+    if len(members) == 1:
+        where = node_phrase(first)
+        message, reason, fix = first.message, first.values.get("compute_reason"), first.fix
+    else:
+        where = f"×{len(members)}  " + _nodes_phrase(members)
+        message, fix = fold_texts([f.message for f in members]), fold_texts([f.fix for f in members])
+        reason = first.values.get("compute_reason") and fold_texts([f.values["compute_reason"] for f in members])
+    sources = _sources_phrase(members)
+    lines = [head + (f"{sources}  " if sources else "") + where, f"          {message}"]
+    if reason:
+        lines.append(f"          why {first.values['compute_dtype']}: {reason}")
+    lines.append(f"          fix: {fix}")
+    return lines
+
+
+def _nodes_phrase(members: list[Finding]) -> str:
+    """nodes '/block.{0..23}/Add' (Add) in block.{0..23}: every name, folded."""
+    names = ", ".join(f"'{n}'" for n in fold_names(f.node_name for f in members))
+    ops = ", ".join(dict.fromkeys(f.op_type for f in members))
+    scopes = fold_names(f.scope for f in members if f.scope)
+    return f"nodes {names} ({ops})" + (f" in {', '.join(scopes)}" if scopes else "")
+
+
+def _sources_phrase(members: list[Finding]) -> str:
+    """The Python lines the findings come from: hazards.py:19, or hazards.py:{19,27} for a group."""
+    lines: dict[str, list[str]] = {}
+    for f in members:
+        if f.source_file:
+            lines.setdefault(f.source_file, []).append(str(f.source_line))
+    return ", ".join(f"{file}:{fold_set(numbers)}" for file, numbers in lines.items())
+
+
+def render_concise(outcome: Outcome) -> str:
+    """--format concise: one line per finding (as Ruff's concise output), then the summary.
+
+    The location comes first: the Python file and line where known, else the model and the node.
+    """
+    lines = []
+    for f in map(shown, outcome.result.findings):
+        where = f"{f.source_file}:{f.source_line}" if f.source_file else f"{f.model}:{f.node_name}"
+        lines.append(f"{where}: {f.rule_id} [{f.severity}] {f.message}")
+    return "\n".join([*lines, *_trace_lines(outcome.result), summary_line(outcome.result),
+                      *_hidden_lines(outcome)]) + "\n"
 
 
 def render_statistics(outcome: Outcome) -> str:
