@@ -121,6 +121,8 @@ def check(
     trust_pickle: bool = typer.Option(False, "--trust-pickle",
                                       help="PyTorch: allow unpickling a whole module (runs code from the file)."),
     no_color: bool = typer.Option(False, "--no-color", help="Plain text even on a terminal."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1,
+                                       help="Models audited at a time, in worker processes (default: the cores)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
 ) -> int:
     """Audit models against the target dtype (the default command)."""
@@ -155,7 +157,12 @@ def check(
     trace_options = TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine,
                                  progress=settings.format == "text" and output is None and _color_ok(no_color)) \
         if trace else None
-    outcome = _run(models, settings, write_baseline, exit_zero, torch_options, trace_options)
+    from .parallel import default_jobs
+
+    jobs = min(jobs or default_jobs(), len(models))
+    if trace_options is not None and jobs > 1:
+        trace_options.progress = False  # one progress line per worker would interleave
+    outcome = _run(models, settings, write_baseline, exit_zero, torch_options, trace_options, jobs, debug)
     if statistics:
         from .report.text import render_statistics
         text = render_statistics(outcome)
@@ -166,13 +173,15 @@ def check(
 
 
 def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_zero: bool,
-         torch_options: TorchOptions, trace_options: Optional[TraceOptions]) -> Outcome:
+         torch_options: TorchOptions, trace_options: Optional[TraceOptions], jobs: int = 1,
+         debug: bool = False) -> Outcome:
     """Select rules, audit, drop ignored and baselined findings, and decide the exit code."""
-    from .audit import AuditResult, audit_models
+    from .audit import AuditResult
     from .baseline import apply_baseline, write_baseline
     from .escape import printable
     from .finding import severity_rank
     from .report.locations import repo_root
+    from .parallel import audit_in_parallel
     from .report.outcome import Outcome
     from .rules.loader import load_rules
     from .selection import active_rules, drop_ignored
@@ -181,8 +190,8 @@ def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_ze
     all_rules = load_rules(settings.rules)
     _check_all_selectors(settings, all_rules)
     rule_set = active_rules(all_rules, settings.select, settings.ignore, settings.preview)
-    result = audit_models(models, target, rule_set, settings.keep_fp32, torch_options, trace_options,
-                          check_weights=settings.check_weights)
+    result = audit_in_parallel(models, jobs, debug, target=target, rules=rule_set, keep_fp32=settings.keep_fp32,
+                               torch_options=torch_options, trace=trace_options, check_weights=settings.check_weights)
     for err in result.errors:
         typer.echo(f"precaudit: {err}", err=True)
     kept = drop_ignored(result.findings, {r.id: r for r in rule_set}, settings.per_model_ignores,

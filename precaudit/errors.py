@@ -21,6 +21,9 @@ class InputError(Exception):
         self.line = line
         super().__init__(str(self))
 
+    def __reduce__(self):  # a worker process (-j) sends its errors back to the parent
+        return (InputError, (self.file, self.problem, self.line))
+
     def __str__(self) -> str:
         where = self.file or ""
         if self.file and self.line:

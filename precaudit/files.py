@@ -16,7 +16,7 @@ from typing import BinaryIO
 from .errors import InputError
 
 __all__ = ["open_regular", "read_bytes", "read_text", "check_regular", "MiB", "start_run", "note_read", "check_output",
-           "write_new"]
+           "write_new", "read_so_far", "add_read"]
 
 MiB = 1 << 20
 
@@ -27,6 +27,15 @@ _inputs: dict[tuple[int, int], str] = {}
 
 def start_run() -> None:
     _inputs.clear()
+
+
+def read_so_far() -> list[tuple[tuple[int, int], str]]:
+    """The files recorded so far, to carry from a worker process to the one that writes the report."""
+    return list(_inputs.items())
+
+
+def add_read(entries: list[tuple[tuple[int, int], str]]) -> None:
+    _inputs.update(entries)
 
 
 def note_read(path: str | os.PathLike) -> None:

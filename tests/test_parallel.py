@@ -1,0 +1,58 @@
+"""-j N: models audited in worker processes give the report one process gives, byte for byte, in input order."""
+
+from __future__ import annotations
+
+import pytest
+
+from fixtures.onnx_builders import decomposed_layernorm, fused_norm, save, save_with_external
+from precaudit.cli import main
+
+
+@pytest.fixture
+def models(tmp_path):
+    """Four models: two with findings, one clean, one that cannot be read (its error must stay in its place)."""
+    paths = [save(fused_norm("LayerNormalization", epsilon=1e-12, stash_type=0), tmp_path / "a.onnx"),
+             save(fused_norm("LayerNormalization", epsilon=1e-12), tmp_path / "clean.onnx")]
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    m, _ = decomposed_layernorm(1e-5, dtype="fp32", eps_at="external")
+    (tmp_path / "ext").mkdir()
+    external = save_with_external(m, tmp_path / "ext" / "d.onnx", "eps")
+    return [*paths, broken, external]
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "sarif", "junit"])
+def test_report_is_the_same_as_one_process(models, tmp_path, capsys, fmt):
+    reports, errors = [], []
+    for jobs in ("1", "2", "4"):
+        out = tmp_path / f"report-{jobs}.{fmt}"
+        assert main([*map(str, models), "--format", fmt, "-o", str(out), "-j", jobs]) == 2  # the broken model
+        reports.append(out.read_bytes())
+        errors.append(capsys.readouterr().err)
+    assert reports[0] == reports[1] == reports[2]
+    assert errors[0] == errors[1] == errors[2]
+    assert errors[0].count("\n") == 1 and "broken.onnx" in errors[0]
+
+
+def test_report_refuses_a_file_only_a_worker_read(models, tmp_path, capsys):
+    """The external data of the last model is read in a worker; -o over it is still refused."""
+    data = tmp_path / "ext" / "d.data"
+    before = data.read_bytes()
+    assert main([*map(str, models), "-o", str(data), "-j", "2"]) == 2
+    assert "refusing to write the report over one of the inputs" in capsys.readouterr().err
+    assert data.read_bytes() == before
+
+
+def test_a_worker_that_dies_is_that_models_error(tmp_path, capsys):
+    pytest.importorskip("torch")
+    source = tmp_path / "model.py"
+    source.write_text("import os\nimport torch\n\ndef dies():\n    os._exit(3)\n\n"
+                      "def norm():\n    return torch.nn.LayerNorm(8), (torch.randn(2, 8),)\n")
+    good = save(fused_norm("LayerNormalization", epsilon=1e-12, stash_type=0), tmp_path / "a.onnx")
+    out = tmp_path / "report.txt"
+    assert main([f"{source}:dies", str(good), f"{source}:norm", "-j", "2", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"precaudit: {source}:dies: the process auditing it died (a crash in native code, or the "
+                   "model's code called os._exit)"]
+    report = out.read_text()
+    assert "PA101" in report and "2 models" in report
