@@ -19,6 +19,7 @@ from .rules.loader import Rule
 from .suppress import drop_suppressed
 
 if TYPE_CHECKING:
+    from .report.dtype_map import NodeDtype
     from .trace import TraceRun
 
 __all__ = ["AuditResult", "audit_models", "load_graph"]
@@ -32,6 +33,7 @@ class AuditResult:
     errors: list[InputError] = field(default_factory=list)
     models: list[str] = field(default_factory=list)  # every model audited successfully
     traces: dict[str, "TraceRun"] = field(default_factory=dict)  # per model, with --trace: its inputs and engines
+    dtype_maps: dict[str, list["NodeDtype"]] = field(default_factory=dict)  # per model, for the HTML report
 
 
 def load_graph(path: str, torch_options: TorchOptions | None = None, target: str = "fp16") -> Graph:
@@ -61,10 +63,11 @@ def _traced(path: str, graph: Graph, resolver: DtypeResolver, trace: TraceOption
 
 def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32: list[str],
                  torch_options: TorchOptions | None = None, trace: TraceOptions | None = None,
-                 check_weights: bool = False) -> AuditResult:
+                 check_weights: bool = False, dtype_maps: bool = False) -> AuditResult:
     """Audit each model; a model that fails to load is recorded as an error and the rest go on.
 
     Weights are read only where the run reads them anyway (--trace) or the user asked (--check-weights).
+    dtype_maps keeps each node's compute dtype and its reason (the HTML report's dtype map).
     """
     result = AuditResult()
     weight_rules = any("weight" in rule.sites for rule in rules)
@@ -72,6 +75,9 @@ def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32:
         try:
             graph = load_graph(path, torch_options, target.name)
             resolver = DtypeResolver(graph, target, keep_fp32)
+            if dtype_maps:
+                from .report.dtype_map import node_dtypes
+                result.dtype_maps[path] = node_dtypes(graph, resolver)
             patterns = {rule.id: rule.pattern for rule in rules if rule.pattern is not None}
             sites = collect_sites(graph, resolver, patterns)
             if trace is not None:

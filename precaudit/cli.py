@@ -47,6 +47,7 @@ class OutputFormat(str, Enum):
     github = "github"
     junit = "junit"
     concise = "concise"
+    html = "html"
 
 
 class FailOn(str, Enum):
@@ -191,7 +192,8 @@ def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_ze
     _check_all_selectors(settings, all_rules)
     rule_set = active_rules(all_rules, settings.select, settings.ignore, settings.preview)
     result = audit_in_parallel(models, jobs, debug, target=target, rules=rule_set, keep_fp32=settings.keep_fp32,
-                               torch_options=torch_options, trace=trace_options, check_weights=settings.check_weights)
+                               torch_options=torch_options, trace=trace_options, check_weights=settings.check_weights,
+                               dtype_maps=settings.format == "html")
     for err in result.errors:
         typer.echo(f"precaudit: {err}", err=True)
     kept = drop_ignored(result.findings, {r.id: r for r in rule_set}, settings.per_model_ignores,
@@ -212,7 +214,8 @@ def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_ze
                        "ignore": settings.ignore, "preview": settings.preview, "baseline": settings.baseline,
                        "check_weights": settings.check_weights or trace_options is not None,
                        "config_file": settings.config_file}
-    return Outcome(result=AuditResult(counted, result.errors, result.models, result.traces), settings=report_settings,
+    return Outcome(result=AuditResult(counted, result.errors, result.models, result.traces, result.dtype_maps),
+                   settings=report_settings,
                    exit_code=code, rules=rule_set, root=repo_root(), ignored=len(result.findings) - len(kept),
                    baseline=match)
 
@@ -342,6 +345,9 @@ def _render(outcome: Outcome, color: bool, group: bool = True) -> str:
     if fmt == "concise":
         from .report.text import render_concise
         return render_concise(outcome)
+    if fmt == "html":
+        from .report.html import render_html
+        return render_html(outcome)
     if fmt == "json":
         from .report.json import render_json
         return render_json(outcome)

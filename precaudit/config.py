@@ -19,7 +19,7 @@ from .files import MiB, read_text
 __all__ = ["Settings", "find_config", "load_settings", "FAIL_ON", "FORMATS"]
 
 FAIL_ON = ("error", "warning", "info", "never")
-FORMATS = ("text", "concise", "json", "sarif", "github", "junit")
+FORMATS = ("text", "concise", "json", "sarif", "github", "junit", "html")
 _TABLE = "[tool.precaudit]"
 
 

@@ -77,5 +77,6 @@ def _merged(per_model: list) -> AuditResult:
         merged.errors.extend(result.errors)
         merged.models.extend(result.models)
         merged.traces.update(result.traces)
+        merged.dtype_maps.update(result.dtype_maps)
         files.add_read(read)
     return merged

@@ -14,7 +14,8 @@ __all__ = ["Shape", "shape_of", "fold_names", "fold_texts", "fold_set"]
 
 # A quantity: a numeric literal not glued to a name (not after a letter, digit, _, ., -, + or a quote, and not
 # before one); a value named '17' (old TorchScript exports number their values) is a name.
-_QUANTITY = re.compile(r"(?<![\w.+\-'])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w']|\.\w)")
+_QUANTITY = r"(?<![\w.+\-'])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w']|\.\w)"
+_PARTS = re.compile(rf"(?P<quantity>{_QUANTITY})|\d+")  # scanning left to right, a quantity wins where one starts
 _DIGITS = re.compile(r"\d+")
 _INDEX, _NUMBER = "\0i", "\0n"  # markers in a shape; reports fold escaped text (escape.printable), which has no NUL
 
@@ -31,15 +32,11 @@ def _split(text: str, name: bool = False) -> tuple[list[str], list[str], list[st
     """
     pieces, parts, kinds = [], [], []
     pos = 0
-    quantities = [] if name else [(m.start(), m.end()) for m in _QUANTITY.finditer(text)]
-    spans = sorted(quantities + [(m.start(), m.end()) for m in _DIGITS.finditer(text)
-                                 if not any(a <= m.start() < b for a, b in quantities)])
-    quantity_set = set(quantities)
-    for start, end in spans:
-        pieces.append(text[pos:start])
-        parts.append(text[start:end])
-        kinds.append(_NUMBER if (start, end) in quantity_set else _INDEX)
-        pos = end
+    for m in (_DIGITS if name else _PARTS).finditer(text):
+        pieces.append(text[pos:m.start()])
+        parts.append(m.group())
+        kinds.append(_NUMBER if not name and m.group("quantity") else _INDEX)
+        pos = m.end()
     pieces.append(text[pos:])
     return pieces, parts, kinds
 
@@ -98,7 +95,7 @@ def fold_names(names: Iterable[str], limit: int | None = _MAX_PATTERNS) -> list[
     a longer list ends with "… and N more".
     """
     by_shape: dict[Shape, dict[tuple[str, ...], None]] = {}
-    for name in names:
+    for name in dict.fromkeys(names):
         pieces, parts, _ = _split(name, name=True)
         shape = (pieces[0], *(x for piece in pieces[1:] for x in (_INDEX, piece)))
         by_shape.setdefault(shape, {})[tuple(parts)] = None

@@ -36,7 +36,7 @@ def report_document(outcome: Outcome) -> dict:
                     "exit_code": outcome.exit_code},
     }
     if result.traces:
-        doc["trace"] = [{"model": model, **asdict(run)} for model, run in result.traces.items()]
+        doc["trace"] = [{"model": model, **run.record()} for model, run in result.traces.items()]
     if outcome.baseline is not None:
         match = outcome.baseline
         doc["baseline"] = {"file": match.file, "matched": match.matched, "stale": [asdict(e) for e in match.stale]}

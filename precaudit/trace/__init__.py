@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +14,7 @@ from ..options import TraceOptions
 from .emulator import Emulator
 from .inputs import load_inputs, synthesize_inputs
 from .measure import attach_probes
+from .profile import TraceProfile, build_profile
 from .progress import progress_bar
 from .sites import first_nonfinite_site, norm_sites, op_sites, value_sites
 
@@ -30,6 +31,12 @@ class TraceRun:
     shapes: dict[str, list[int]] = field(default_factory=dict)  # per graph input, in the first sample
     engine: str = ""  # onnxruntime or numpy, as --trace-engine resolved
     nodes: dict[str, int] = field(default_factory=dict)  # nodes each engine ran, in the last sample
+    # what was measured, for the HTML report's charts (the JSON report carries the findings, not every value)
+    profile: TraceProfile | None = field(default=None, repr=False, compare=False)
+
+    def record(self) -> dict:
+        """What the JSON report says about the run: every field but the profile."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "profile"}
 
     def describe(self) -> str:
         given = f"inputs from {', '.join(self.inputs)}" if self.inputs else \
@@ -60,4 +67,5 @@ def traced_sites(graph: Graph, resolver: DtypeResolver, options: TraceOptions) -
              *op_sites(probes, resolver, samples, emulator.stats), *first_nonfinite_site(graph, resolver, emulator.stats, samples)]
     order = {id(node): i for i, node in enumerate(graph.nodes)}
     run.nodes = dict(emulator.ran_on)
+    run.profile = build_profile(graph, emulator.stats, sites)
     return sorted(sites, key=lambda s: order[id(s.node)]), run

@@ -1,0 +1,219 @@
+"""--format html as a person opens it: one file, the findings, the headroom chart's series and limit lines, escaped names."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import onnx
+import pytest
+
+from precaudit.cli import main
+from tests.helpers import run_json
+from tests.report_models import t5_like
+
+_VOID = {"meta", "br", "input", "link", "img", "hr", "col", "source", "wbr", "area", "base", "embed", "track"}
+
+
+class Element:
+    def __init__(self, tag: str, attrs: dict[str, str | None], parent: "Element | None"):
+        self.tag, self.attrs, self.parent = tag, attrs, parent
+        self.content: list[Element | str] = []  # child elements and text, in document order
+
+    @property
+    def children(self) -> list["Element"]:
+        return [c for c in self.content if isinstance(c, Element)]
+
+    @property
+    def text(self) -> str:
+        return "".join(c if isinstance(c, str) else c.text for c in self.content)
+
+    def iter(self, tag: str | None = None, **attrs: str):
+        """Every element below (and including) this one with this tag and these attribute values."""
+        stack = [self]
+        while stack:
+            e = stack.pop()
+            if (tag is None or e.tag == tag) and all(e.attrs.get(k.replace("_", "-")) == v for k, v in attrs.items()):
+                yield e
+            stack.extend(reversed(e.children))
+
+    def classes(self) -> set[str]:
+        return set((self.attrs.get("class") or "").split())
+
+
+class _Tree(HTMLParser):
+    """The page as a browser's parser reads it, into Elements (no HTML library needed)."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.root = self.current = Element("#root", {}, None)
+
+    def handle_starttag(self, tag, attrs):
+        element = Element(tag, dict(attrs), self.current)
+        self.current.content.append(element)
+        if tag not in _VOID:
+            self.current = element
+
+    def handle_startendtag(self, tag, attrs):
+        self.current.content.append(Element(tag, dict(attrs), self.current))
+
+    def handle_endtag(self, tag):
+        e = self.current
+        while e is not None and e.tag != tag:
+            e = e.parent
+        if e is not None and e.parent is not None:
+            self.current = e.parent
+
+    def handle_data(self, data):
+        self.current.content.append(data)
+
+
+def parse(page: str) -> Element:
+    tree = _Tree()
+    tree.feed(page)
+    tree.close()
+    return tree.root
+
+
+def render(model: Path, tmp_path: Path, *args: str) -> tuple[int, str, Element]:
+    out = tmp_path / "report.html"
+    code = main([str(model), *args, "--format", "html", "-o", str(out)])
+    page = out.read_text(encoding="utf-8")
+    return code, page, parse(page)
+
+
+def assert_self_contained(page: str, root: Element) -> None:
+    """Nothing is fetched: every href is an in-page anchor, no src at all, and the policy forbids the network."""
+    for e in root.iter():
+        assert "src" not in e.attrs, e.tag
+        href = e.attrs.get("href")
+        assert href is None or href.startswith("#"), href
+    assert not any(e.tag in ("link", "img", "iframe", "object", "embed") for e in root.iter())
+    assert "url(" not in page and "@import" not in page
+    (policy,) = [e.attrs["content"] for e in root.iter("meta") if e.attrs.get("http-equiv") ==
+                 "Content-Security-Policy"]
+    assert "default-src 'none'" in policy
+    (script,) = list(root.iter("script"))  # the one script the policy allows, by its hash
+    digest = base64.b64encode(hashlib.sha256(script.text.encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in policy
+
+
+@pytest.fixture(scope="module")
+def climbing(tmp_path_factory):
+    """24 T5-like blocks whose activations climb past the float16 max: overflow, then the first inf."""
+    return t5_like(tmp_path_factory.mktemp("climb") / "climb.onnx", growth=1.3)
+
+
+def test_traced_report_shows_findings_and_the_headroom_chart(climbing, tmp_path):
+    code, page, root = render(climbing, tmp_path, "--trace")
+    assert code == 1
+    assert_self_contained(page, root)
+    _, report = run_json([climbing], "--trace", out_dir=tmp_path)  # the JSON report stays as it was
+    expected = {(r["rule_id"], r["node_name"]) for r in report["results"]}
+
+    table = next(root.iter("table", id="findings-table"))
+    rows = list(table.iter("tr"))[1:]
+    assert {(r.attrs["data-rule"], r.attrs["data-node"]) for r in rows} == expected and len(rows) == len(expected)
+    assert [r.attrs["data-severity"] for r in rows][:3] == ["error"] * 3  # worst first
+    overflow = next(r for r in rows if r.attrs["data-node"] == "/encoder/block.17/layer.1/layer_norm/Pow")
+    assert "max |x| 4.052e+09" in overflow.text and "above the float16 max 65504" in overflow.text
+    options = {o.attrs["value"] for o in next(root.iter("select", id="f-rule")).iter("option")}
+    assert options == {"", "PA102", "PA208", "PA901", "PA906"}
+
+    chart = next(root.iter("svg", **{"class": "chart headroom"}))
+    bands = list(next(chart.iter("g", data_series="values")).iter("rect"))
+    assert len(bands) == len(onnx.load(str(climbing)).graph.node)  # one band per value: every node makes one
+    limits = {g.attrs["data-limit"]: g for g in chart.iter("g", **{"class": "limit"})}
+    assert {k: float(g.attrs["data-value"]) for k, g in limits.items()} == \
+        {"max": 65504.0, "smallest-normal": pytest.approx(6.10352e-05), "smallest-subnormal": pytest.approx(5.96046e-08)}
+    y = {k: float(next(g.iter("line")).attrs["y1"]) for k, g in limits.items()}
+    assert y["max"] < y["smallest-normal"] < y["smallest-subnormal"]  # up the page is larger
+    square = next(b for b in bands if b.attrs["data-node"] == "/encoder/block.17/layer.1/layer_norm/Pow")
+    assert "over" in square.classes() and float(square.attrs["y"]) < y["max"]
+    early = next(b for b in bands if b.attrs["data-node"] == "/encoder/block.0/layer.0/MatMul")
+    assert early.classes() == {"band", "held"} and float(early.attrs["y"]) > y["max"]
+    assert "value '/encoder/block.0/layer.0/mm', held in float16" in early.text
+
+    markers = list(next(chart.iter("g", data_series="findings")).iter("path"))
+    assert any("error" in m.classes() and "PA901" in m.attrs["data-rules"].split() for m in markers)
+    assert len(list(next(chart.iter("g", data_series="norms")).iter("path"))) == 49
+    (first,) = list(chart.iter("g", data_series="first-nonfinite"))
+    pa906 = next(r["node_name"] for r in report["results"] if r["rule_id"] == "PA906")
+    assert first.attrs["data-node"] == pa906 == "/encoder/block.17/layer.1/Mul"
+    assert f"first inf/NaN: {pa906}" in first.text
+
+    variance = next(root.iter("svg", **{"class": "chart variance"}))
+    columns = list(variance.iter("g", **{"class": "norm-col ok"}))
+    assert len(columns) == 49 and all(len(list(c.iter("line", **{"class": "eps"}))) == 1 for c in columns)
+
+
+def test_static_report_shows_findings_and_the_dtype_map(tmp_path):
+    model = t5_like(tmp_path / "t5.onnx", blocks=4)
+    code, page, root = render(model, tmp_path, "--keep-fp32", "/encoder/block.3/*")
+    assert code == 0
+    assert_self_contained(page, root)
+    assert not list(root.iter("svg", **{"class": "chart headroom"}))  # nothing was traced
+    rows = list(next(root.iter("table", id="findings-table")).iter("tr"))[1:]
+    assert len(rows) == 2 * (3 * 2 + 1)  # PA102 and PA208 at the norms of blocks 0-2 and the final norm
+    strip = next(root.iter("g", data_series="dtypes"))
+    columns = [c for c in strip.children if c.tag == "g"]
+    assert len(columns) == len(onnx.load(str(model)).graph.node)
+    assert {c.attrs["data-dtype"] for c in columns} == {"fp16", "fp32"}
+    classes = [[td.text for td in tr.iter("td")] for tr in next(root.iter("table", **{"class": "dtypes"})).iter("tr")][1:]
+    assert classes[0][:3] == ["float16", "--dtype fp16: float32 tensors run as float16", "55"]
+    assert classes[1][:3] == ["float32", "kept in float32 by --keep-fp32 /encoder/block.3/*", "16"]
+    assert classes[1][4] == "encoder.block.3.layer.{0,1}.layer_norm, encoder.block.3.layer.{0,1}"
+
+
+HOSTILE = '<script>alert(1)</script>"><img src=http://evil.example/x.png onerror=alert(2)>\u202e&amp;'
+
+
+def test_hostile_names_are_escaped(tmp_path):
+    folder = tmp_path / "<b>dir"
+    folder.mkdir()
+    model = t5_like(folder / "m<i>.onnx", blocks=1, prefix="/" + HOSTILE, growth=1.0)
+    code, page, root = render(model, tmp_path, "--trace")
+    assert code == 0
+    assert_self_contained(page, root)
+    assert "<script>alert" not in page and "<img" not in page and "<b>dir" not in page
+    assert {e.tag for e in root.iter()} <= {"#root", "html", "head", "meta", "title", "style", "body", "header", "h1",
+                                            "h2", "h3", "p", "b", "i", "div", "nav", "a", "section", "dl", "dt", "dd",
+                                            "span", "table", "thead", "tbody", "tr", "th", "td", "br", "small", "code",
+                                            "select", "option", "label", "input", "svg", "g", "rect", "line", "path",
+                                            "text", "tspan", "title", "circle", "details", "summary", "sub", "sup", "script"}
+    shown = "/<script>alert(1)</script>\"><img src=http://evil.example/x.png onerror=alert(2)>\\u202e&amp;"
+    rows = list(next(root.iter("table", id="findings-table")).iter("tr"))[1:]
+    assert rows and all(r.attrs["data-node"].startswith(shown + "/") for r in rows)
+    bands = list(next(root.iter("g", data_series="values")).iter("rect"))
+    assert any(shown in b.text for b in bands)  # the tooltip names the node, escaped
+    assert "\u202e" not in page  # a bidi override would reorder what the page shows
+    assert re.search(r"<h2>Headroom: [^<]*&lt;b&gt;dir/m&lt;i&gt;\.onnx</h2>", page)
+
+
+def test_more_values_than_pixels_are_aggregated_by_scope(tmp_path):
+    model = t5_like(tmp_path / "deep.onnx", blocks=100)  # 100 × 2 × 8 + 7 = 1,607 values, over 1,500
+    code, page, root = render(model, tmp_path, "--trace", "--select", "PA102")
+    notes = [p.text for p in root.iter("p") if "aggregated" in p.classes()]
+    assert notes[0].startswith("1,607 values are more than the chart has pixels (over 1,500): they are drawn as ")
+    assert "aggregated by module scope" in notes[0]
+    bands = list(next(root.iter("g", data_series="values")).iter("rect"))
+    assert 100 <= len(bands) <= 1500
+    assert any(b.text.startswith("encoder.block.42.layer.1") for b in bands)  # a mark names its scope
+
+
+def test_each_model_gets_its_charts_when_audited_in_parallel(tmp_path):
+    a = t5_like(tmp_path / "a.onnx", blocks=1)
+    b = t5_like(tmp_path / "b.onnx", blocks=2, prefix="/decoder")
+    out = tmp_path / "report.html"
+    assert main([str(a), str(b), "--trace", "-j", "2", "--format", "html", "-o", str(out)]) == 0
+    root = parse(out.read_text(encoding="utf-8"))
+    headings = [h.text for h in root.iter("h2")]
+    assert headings == ["Summary", f"Headroom: {a}", f"Headroom: {b}", "Findings", f"Compute dtypes: {a}",
+                        f"Compute dtypes: {b}"]
+    charts = list(root.iter("svg", **{"class": "chart headroom"}))
+    assert [len(list(next(c.iter("g", data_series="values")).iter("rect"))) for c in charts] == [2 * 8 + 7, 4 * 8 + 7]
+    assert {r.attrs["data-model"] for r in list(next(root.iter("table", id="findings-table")).iter("tr"))[1:]} == \
+        {str(a), str(b)}
