@@ -217,3 +217,21 @@ def test_each_model_gets_its_charts_when_audited_in_parallel(tmp_path):
     assert [len(list(next(c.iter("g", data_series="values")).iter("rect"))) for c in charts] == [2 * 8 + 7, 4 * 8 + 7]
     assert {r.attrs["data-model"] for r in list(next(root.iter("table", id="findings-table")).iter("tr"))[1:]} == \
         {str(a), str(b)}
+
+
+def test_every_fixture_case_renders(tmp_path):
+    """Every rule's models, traced where their case traces: odd eps (NaN, negative, inf), control flow, no floats."""
+    from tests.test_fixtures import CASES
+
+    for i, (module, case) in enumerate(CASES):
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        model = case.build(folder)
+        out = folder / "report.html"
+        code = main([str(model), "--dtype", case.dtype, *case.args, "--format", "html", "-o", str(out)])
+        assert code in (0, 1), (module, case.name)
+        page = out.read_text(encoding="utf-8")
+        root = parse(page)
+        assert_self_contained(page, root)
+        rows = list(next(root.iter("table", id="findings-table")).iter("tr"))[1:] if case.expect else []
+        assert {(r.attrs["data-rule"], r.attrs["data-node"]) for r in rows} == case.expect, (module, case.name)

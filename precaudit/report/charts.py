@@ -157,36 +157,45 @@ def headroom_chart(profile: TraceProfile, fmt: Format, findings: Sequence[Findin
     marks = [_Mark([values[i] for i in run]) for run in buckets.runs]
     top, height = 34, 420
     axis = _LogAxis(*_range_of([v for p in values for v in (p.absmax, p.min_nonzero)], fmt), top, height)
-    body = [*_zones(axis, fmt), *axis.ticks(), *_scope_axis(values, buckets, top + height)]
     bw = _PLOT_W / max(len(marks), 1)
-    body.append('<g class="series" data-series="values">')
-    for i, (mark, run) in enumerate(zip(marks, buckets.runs)):
+    index: dict[str, int] = {}  # node name -> its first mark
+    for i, p in enumerate(values):
+        index.setdefault(p.node, buckets.index_of(i))
+    body = [*_zones(axis, fmt), *axis.ticks(), *_scope_axis(values, buckets, top + height),
+            *_bands(marks, buckets, axis, fmt), *_limit_lines(axis, fmt), *_finding_marks(findings, index, bw, top),
+            *_norm_marks(profile.norms, [p.order for p in values], buckets, bw, top + height)]
+    if profile.first_nonfinite in index:
+        body.append(_first_nonfinite(profile.first_nonfinite, _LEFT + index[profile.first_nonfinite] * bw, bw, axis, fmt))
+    return _svg(top + height + 46, body, f"headroom of every value against {fmt.long_name}", "headroom"), buckets
+
+
+def _bands(marks: Sequence[_Mark], buckets: Buckets, axis: _LogAxis, fmt: Format) -> list[str]:
+    """One rect per mark from its smallest nonzero |x| to its largest, its numbers in the tooltip."""
+    bw = _PLOT_W / max(len(marks), 1)
+    out = ['<g class="series" data-series="values">']
+    for i, mark in enumerate(marks):
         lo = mark.min_nonzero
         if mark.absmax <= 0 or lo is None:
             continue  # every element 0: nothing to draw on a log scale
         y1, y2 = axis.y(mark.absmax), axis.y(lo)
-        x = _LEFT + i * bw + bw * 0.1
-        title = _value_title(mark, buckets.labels[i] if buckets.how and buckets.labels else None, fmt)
-        body.append(f'<rect class="band {_band_class(mark, fmt)}" x="{x:.2f}" y="{y1:.1f}" '
-                    f'width="{max(bw * 0.8, 1):.2f}" height="{max(y2 - y1, 1.5):.1f}" data-node="{esc(mark.points[0].node)}" '
-                    f'data-absmax="{mark.absmax:.6g}" data-min-nonzero="{lo:.6g}"><title>{title}</title></rect>')
-    body.append("</g>")
-    body += _limit_lines(axis, fmt)
-    index = {}
-    for i, p in enumerate(values):
-        index.setdefault(p.node, buckets.index_of(i))
-    orders = [p.order for p in values]
-    body += _finding_marks(findings, index, bw, top)
-    body += _norm_marks(profile.norms, orders, buckets, bw, top + height)
-    if profile.first_nonfinite is not None and profile.first_nonfinite in index:
-        x = _LEFT + index[profile.first_nonfinite] * bw
-        name = esc(profile.first_nonfinite)
-        body.append(f'<g class="series" data-series="first-nonfinite" data-node="{name}">'
-                    f'<rect class="nonfinite" x="{x - 2:.1f}" y="{top}" width="{max(bw, 4) + 4:.1f}" height="{height}">'
-                    f'<title>first inf/NaN in the {esc(fmt.long_name)} run: {name}</title></rect>'
-                    f'<text class="nonfinite-label" x="{min(x + 6, _LEFT + _PLOT_W - 4):.1f}" y="{top + 14}" '
-                    f'text-anchor="{"start" if x < _LEFT + _PLOT_W * 0.7 else "end"}">first inf/NaN: {name}</text></g>')
-    return _svg(top + height + 46, body, f"headroom of every value against {fmt.long_name}", "headroom"), buckets
+        title = _value_title(mark, buckets.labels[i] if buckets.how and buckets.labels else None)
+        out.append(f'<rect class="band {_band_class(mark, fmt)}" x="{_LEFT + i * bw + bw * 0.1:.2f}" y="{y1:.1f}" '
+                   f'width="{max(bw * 0.8, 1):.2f}" height="{max(y2 - y1, 1.5):.1f}" '
+                   f'data-node="{esc(mark.points[0].node)}" data-absmax="{mark.absmax:.6g}" '
+                   f'data-min-nonzero="{lo:.6g}"><title>{title}</title></rect>')
+    out.append("</g>")
+    return out
+
+
+def _first_nonfinite(node: str, x: float, bw: float, axis: _LogAxis, fmt: Format) -> str:
+    """A red column over the node where the run first turns inf/NaN on a path to an output, labelled."""
+    name = esc(node)
+    anchor = "start" if x < _LEFT + _PLOT_W * 0.7 else "end"
+    return (f'<g class="series" data-series="first-nonfinite" data-node="{name}">'
+            f'<rect class="nonfinite" x="{x - 2:.1f}" y="{axis.top}" width="{max(bw, 4) + 4:.1f}" '
+            f'height="{axis.height}"><title>first inf/NaN in the {esc(fmt.long_name)} run: {name}</title></rect>'
+            f'<text class="nonfinite-label" x="{x + 6 if anchor == "start" else x - 4:.1f}" y="{axis.top + 14}" '
+            f'text-anchor="{anchor}">first inf/NaN: {name}</text></g>')
 
 
 def _zones(axis: _LogAxis, fmt: Format) -> list[str]:
@@ -223,7 +232,7 @@ def _band_class(mark: _Mark, fmt: Format) -> str:
     return "wide" if all(p.dtype != fmt.name for p in mark.points) else "held"
 
 
-def _value_title(mark: _Mark, label: str | None, fmt: Format) -> str:
+def _value_title(mark: _Mark, label: str | None) -> str:
     p = mark.points[0]
     elements = mark.total("elements")
     held = ", ".join(FORMATS[d].long_name for d in dict.fromkeys(q.dtype for q in mark.points))
@@ -324,44 +333,46 @@ def variance_chart(norms: Sequence[NormPoint], fmt: Format) -> str:
     """Per norm, its rows' variance from the smallest to the median against its eps (as written, and in its dtype)."""
     buckets = bucket_by_scope([n.scope for n in norms])
     groups = [[norms[i] for i in run] for run in buckets.runs]
-    top, height = 16, 220
-    numbers = [v for n in norms for v in (n.min_variance, n.median_variance, n.eps, n.eps_rounded) if v]
+    numbers = [v for n in norms for v in (n.min_variance, n.median_variance, n.eps, n.eps_rounded)
+               if v is not None and v > 0 and math.isfinite(v)]
     lo, hi = _range_of(numbers, fmt)
     if numbers:  # the variances and eps, not the whole format, set this chart's scale
         lo, hi = max(lo, math.floor(math.log2(min(numbers))) - 2), min(hi, math.ceil(math.log2(max(numbers))) + 2)
-    axis = _LogAxis(lo, hi, top, height)
-    body = [f'<rect class="frame" x="{_LEFT}" y="{top}" width="{_PLOT_W}" height="{height}"/>', *axis.ticks(7)]
-    y_normal = axis.y(fmt.smallest_normal)
+    axis = _LogAxis(lo, hi, 16, 220)
+    body = [f'<rect class="frame" x="{_LEFT}" y="{axis.top}" width="{_PLOT_W}" height="{axis.height}"/>',
+            *axis.ticks(7)]
     if lo < math.log2(fmt.smallest_normal) < hi:
+        y = axis.y(fmt.smallest_normal)
         body.append(f'<g class="limit" data-limit="smallest-normal"><line x1="{_LEFT}" x2="{_LEFT + _PLOT_W}" '
-                    f'y1="{y_normal:.1f}" y2="{y_normal:.1f}"/><text x="{_LEFT + _PLOT_W + 6}" y="{y_normal + 4:.1f}">'
+                    f'y1="{y:.1f}" y2="{y:.1f}"/><text x="{_LEFT + _PLOT_W + 6}" y="{y + 4:.1f}">'
                     f'smallest normal {esc(fmt.long_name)}</text></g>')
     bw = _PLOT_W / max(len(groups), 1)
-    body.append('<g class="series" data-series="variance">')
-    for i, group in enumerate(groups):
-        x = _LEFT + (i + 0.5) * bw
-        low = min(n.min_variance for n in group)
-        median = sorted(n.median_variance for n in group)[len(group) // 2]
-        eps = [n.eps for n in group if n.eps is not None]
-        eps_rounded = [n.eps_rounded for n in group if n.eps_rounded is not None]
-        state = ("bad" if any(n.zero_variance_rows or (n.eps is not None and n.median_variance < n.eps) for n in group)
-                 else "low" if any(n.rows_below_eps for n in group) else "ok")
-        title = esc("\n\n".join(_norm_text(n) for n in group[:6]) + (f"\n… {len(group) - 6} more" if len(group) > 6 else ""))
-        r = min(4.0, max(bw * 0.3, 1.5))
-        body.append(f'<g class="norm-col {state}" data-node="{esc(group[0].node)}"><title>{title}</title>'
-                    f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{axis.y(median):.1f}" y2="{axis.y(low):.1f}"/>'
-                    f'<circle cx="{x:.1f}" cy="{axis.y(median):.1f}" r="{r:.1f}"/>'
-                    f'<path d="M{x - r:.1f},{axis.y(low) - r:.1f} h{2 * r:.1f} l{-r:.1f},{2 * r:.1f} z"/>'
-                    + "".join(f'<line class="eps" x1="{x - max(r * 2, 3):.1f}" x2="{x + max(r * 2, 3):.1f}" '
-                              f'y1="{axis.y(e):.1f}" y2="{axis.y(e):.1f}"/>' for e in sorted(set(eps)))
-                    + "".join(f'<line class="eps-rounded" x1="{x - max(r * 2, 3):.1f}" x2="{x + max(r * 2, 3):.1f}" '
-                              f'y1="{axis.y(e):.1f}" y2="{axis.y(e):.1f}"/>' for e in sorted(set(eps_rounded))
-                              if e not in eps)
-                    + (f'<text class="zero" x="{x + max(r * 2, 3) + 2:.1f}" y="{axis.y(0) + 3:.1f}">0</text>'
-                       if 0.0 in eps_rounded and bw >= 16 else "")
-                    + "</g>")
-    body.append("</g>")
-    return _svg(top + height + 12, body, "per norm, the rows' variance against its eps", "variance")
+    body += ['<g class="series" data-series="variance">',
+             *(_variance_column(group, _LEFT + (i + 0.5) * bw, bw, axis) for i, group in enumerate(groups)), "</g>"]
+    return _svg(axis.top + axis.height + 12, body, "per norm, the rows' variance against its eps", "variance")
+
+
+def _variance_column(group: Sequence[NormPoint], x: float, bw: float, axis: _LogAxis) -> str:
+    """A line from the smallest row variance (▼) to the median (●), and a dash at each eps (dotted: as rounded)."""
+    low = min(n.min_variance for n in group)
+    median = sorted(n.median_variance for n in group)[len(group) // 2]
+    eps = sorted({n.eps for n in group if n.eps is not None})
+    rounded = sorted({n.eps_rounded for n in group if n.eps_rounded is not None} - set(eps))
+    state = ("bad" if any(n.zero_variance_rows or (n.eps is not None and n.median_variance < n.eps) for n in group)
+             else "low" if any(n.rows_below_eps for n in group) else "ok")
+    title = "\n\n".join(_norm_text(n) for n in group[:6]) + (f"\n… {len(group) - 6} more" if len(group) > 6 else "")
+    r, half = min(4.0, max(bw * 0.3, 1.5)), max(min(4.0, max(bw * 0.3, 1.5)) * 2, 3)
+
+    def dash(cls: str, e: float) -> str:
+        return f'<line class="{cls}" x1="{x - half:.1f}" x2="{x + half:.1f}" y1="{axis.y(e):.1f}" y2="{axis.y(e):.1f}"/>'
+
+    zero = (f'<text class="zero" x="{x + half + 2:.1f}" y="{axis.y(0) + 3:.1f}">0</text>'
+            if 0.0 in rounded and bw >= 16 else "")
+    return (f'<g class="norm-col {state}" data-node="{esc(group[0].node)}"><title>{esc(title)}</title>'
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{axis.y(median):.1f}" y2="{axis.y(low):.1f}"/>'
+            f'<circle cx="{x:.1f}" cy="{axis.y(median):.1f}" r="{r:.1f}"/>'
+            f'<path d="M{x - r:.1f},{axis.y(low) - r:.1f} h{2 * r:.1f} l{-r:.1f},{2 * r:.1f} z"/>'
+            + "".join(dash("eps", e) for e in eps) + "".join(dash("eps-rounded", e) for e in rounded) + zero + "</g>")
 
 
 def dtype_strip(nodes: Sequence[NodeDtype]) -> tuple[str, Buckets]:
