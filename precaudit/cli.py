@@ -81,6 +81,9 @@ def check(
                                             ".pt2 (torch.export), TorchScript .pt."),
     dtype: Optional[str] = typer.Option(None, "--dtype", "-d",
                                         help="Target dtype: fp16 (default), bf16, fp8-e4m3, fp8-e5m2, fp32 or fp64."),
+    autocast: Optional[str] = typer.Option(None, "--autocast", metavar="cuda|cpu",
+                                           help="PyTorch: run the float32 module under torch.autocast(device, --dtype) "
+                                                "instead of model.to(--dtype)."),
     keep_fp32: List[str] = typer.Option([], "--keep-fp32", metavar="OP_OR_NODE,...",
                                         help="Op types, node names or globs kept in float32 (your converter's block list)."),
     rules: List[str] = typer.Option([], "--rules", metavar="PATH",
@@ -131,7 +134,8 @@ def check(
     from .errors import InputError
     from .files import check_output
 
-    given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "select": _split(select),
+    given = {"dtype": dtype, "autocast": autocast, "keep_fp32": _split(keep_fp32), "rules": list(rules),
+             "select": _split(select),
              "ignore": _split(ignore), "preview": preview, "format": output_format and output_format.value,
              "fail_on": fail_on and fail_on.value, "baseline": baseline, "check_weights": check_weights}
     # Only flags the user typed override the pyproject: None and empty lists mean "not given".
@@ -151,7 +155,7 @@ def check(
         check_output(write_baseline, may_replace=_baseline_file(settings), what="the baseline")
     from .options import TRACE_ENGINES, TorchOptions, TraceOptions
 
-    torch_options = TorchOptions(_shapes(input_shape), input_dtype, trust_pickle)
+    torch_options = TorchOptions(_shapes(input_shape), input_dtype, trust_pickle, settings.autocast)
     if trace_engine not in TRACE_ENGINES:
         raise InputError(None, f"--trace-engine {trace_engine!r}: choose {', '.join(TRACE_ENGINES[:-1])} or "
                                f"{TRACE_ENGINES[-1]}")

@@ -19,6 +19,7 @@ from .files import MiB, read_text
 __all__ = ["Settings", "find_config", "load_settings", "FAIL_ON", "FORMATS"]
 
 FAIL_ON = ("error", "warning", "info", "never")
+AUTOCAST = ("cuda", "cpu")
 FORMATS = ("text", "concise", "json", "sarif", "github", "junit", "html")
 _TABLE = "[tool.precaudit]"
 
@@ -28,6 +29,7 @@ class Settings:
     """The resolved configuration; origins says where each value came from (default, a file, or the command line)."""
 
     dtype: str = "fp16"
+    autocast: str | None = None  # PyTorch: run the float32 module under torch.autocast on this device (cuda, cpu)
     keep_fp32: list[str] = field(default_factory=list)
     rules: list[str] = field(default_factory=list)
     format: str = "text"
@@ -149,7 +151,7 @@ def _check(name: str, value: Any, fail) -> Any:
             format_named(value)
         except KeyError as exc:
             raise fail(str(exc.args[0])) from None
-    allowed = {"fail_on": FAIL_ON, "format": FORMATS}.get(name)
+    allowed = {"fail_on": FAIL_ON, "format": FORMATS, "autocast": AUTOCAST}.get(name)
     if allowed and value not in allowed:
         raise fail(f"must be one of {', '.join(allowed)}, got {value!r}")
     return value

@@ -17,6 +17,9 @@ class TorchOptions:
     input_shapes: list[tuple[int, ...]] = field(default_factory=list)  # one per forward() argument
     input_dtype: str = "fp32"
     trust_pickle: bool = False  # unpickling runs arbitrary code: only with the user's explicit word
+    # run the float32 module under torch.autocast on this device ("cuda", "cpu"), --dtype its autocast dtype;
+    # None: --dtype means model.to(dtype)
+    autocast: str | None = None
 
 
 @dataclass

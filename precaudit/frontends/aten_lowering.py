@@ -1,19 +1,28 @@
 """Lower a torch.export ATen graph into the IR, with ONNX op names, so the same sites and rules apply.
 
 Only the ops the analysis reads are translated (norms, softmax, log/exp/sqrt, arithmetic, reductions, casts,
-clamps, shape ops); every other op keeps its ATen name, so producers and consumers still link up.
+clamps, shape ops); every other op keeps its ATen name, so producers and consumers still link up. The body of a
+`with torch.autocast(...)` region (a wrap_with_autocast higher-order op in the program) is lowered in place.
+
+With an autocast plan (frontends/autocast.py), every float value takes the dtype torch's autocast gives it and
+says why (Value.dtype_note), and the casts autocast inserts before an op become Cast nodes, so each node's
+inputs hold the dtype it computes in.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
 
+from ..dtypes import FORMATS
 from ..ir import Graph, Node, Value
-from .source import user_frame
+from .source import frames
+
+if TYPE_CHECKING:
+    from .autocast import AutocastPlan, OpDtype
 
 __all__ = ["lower_exported_program", "TORCH_DTYPES"]
 
@@ -23,36 +32,91 @@ _ONNX_ELEM = {"fp32": 1, "fp16": 10, "fp64": 11, "bf16": 16, "fp8-e4m3": 17, "fp
 _MAX_CONST = 64  # parameters and buffers are read only when this small (an eps vector, never weights)
 
 
-def lower_exported_program(ep: "torch.export.ExportedProgram", path: str) -> Graph:
-    """Build the IR graph of an exported program: placeholders, call_function nodes, outputs."""
-    return _Lowering(ep, path).run()
+def lower_exported_program(ep: "torch.export.ExportedProgram", path: str, plan: "AutocastPlan | None" = None,
+                           state: dict | None = None) -> Graph:
+    """Build the IR graph of an exported program: placeholders, call_function nodes, outputs.
+
+    plan: autocast's dtype for every node (frontends/autocast.py); state: the real parameters by name, where the
+    program holds fake ones.
+    """
+    return _Lowering(ep, path, plan, state).run()
 
 
 class _Lowering:
-    def __init__(self, ep, path: str):
+    def __init__(self, ep, path: str, plan: "AutocastPlan | None" = None, state: dict | None = None):
         self.ep = ep
+        self.plan = plan
         self.graph = Graph(path=path, producer_name="torch.export", exporter="torch.export")
-        self.values: dict[str, Value | tuple] = {}  # fx node name -> Value (or tuple of Values)
+        self.values: dict[int, Value | tuple] = {}  # id(fx node) -> Value (or tuple of Values)
         self._n = 0
+        self._prefix = ""  # inside an autocast region's body: the region's node name and "/"
+        self._entry: OpDtype | None = None  # the plan's entry for the fx node being lowered
+        self._casts: dict[tuple[int, str], Value] = {}
         sig = ep.graph_signature
         self.params = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
-        self.state = {**ep.state_dict, **getattr(ep, "constants", {})}
+        self.state = state if state is not None else {**ep.state_dict, **getattr(ep, "constants", {})}
 
     def run(self) -> Graph:
-        for fx in self.ep.graph.nodes:
+        self._walk(self.ep.graph_module, self.ep.graph)
+        if self.plan is not None:
+            self._note_the_rest()
+        return self.graph
+
+    def _walk(self, module, graph) -> list:
+        """Lower one fx graph (the program's, or a region's body); its outputs."""
+        outputs: list = []
+        for fx in graph.nodes:
             if fx.op == "placeholder":
-                self.values[fx.name] = self._placeholder(fx)
+                if id(fx) not in self.values:  # a region's body inputs are bound by the region
+                    self.values[id(fx)] = self._placeholder(fx)
             elif fx.op == "call_function":
-                self._call(fx)
+                if fx.target is _WRAP_WITH_AUTOCAST:
+                    self._region(module, fx)
+                else:
+                    self._call(fx)
             elif fx.op == "output":
                 outs = fx.args[0] if isinstance(fx.args[0], (list, tuple)) else [fx.args[0]]
-                self.graph.outputs = [v for v in (self._arg(a) for a in outs) if isinstance(v, Value)]
-        return self.graph
+                outputs = [self._arg(a) for a in outs]
+        return outputs
+
+    def _region(self, module, fx) -> None:
+        """`with torch.autocast(...)` in forward(): its body, lowered in place (names prefixed by the region's)."""
+        body = getattr(module, fx.args[4].target)
+        operands = [self._arg(a) for a in fx.args[5:]]
+        for ph, value in zip([n for n in body.graph.nodes if n.op == "placeholder"], operands):
+            self.values[id(ph)] = value
+        saved, self._prefix = self._prefix, f"{self._prefix}{fx.name}/"
+        try:
+            outs = self._walk(body, body.graph)
+        finally:
+            self._prefix = saved
+        self.values[id(fx)] = tuple(outs)
+
+    def _note_the_rest(self) -> None:
+        """Under autocast every float value says why it has its dtype: Python numbers and the values no plan
+        entry reached take the reason of the tensor they meet."""
+        label = self.plan.label
+        for node in self.graph.nodes:
+            like = next((v for v in node.inputs if v is not None and v.dtype_note is not None), None)
+            for value in [*node.inputs, *node.outputs]:
+                if value is None or value.dtype_note is not None or value.dtype not in FORMATS:
+                    continue
+                if value.const_origin and value.const_origin.startswith("the Python number"):
+                    value.dtype_note = (f"a Python number takes the dtype of the tensor it meets: {like.dtype_note}"
+                                        if like is not None and like.dtype == value.dtype else
+                                        f"a Python number takes the dtype of the tensor it meets under {label}")
+                elif like is not None and like.dtype == value.dtype:
+                    value.dtype_note = like.dtype_note
+                else:
+                    value.dtype_note = f"{label}: {FORMATS[value.dtype].long_name}"
 
     # ---- values ------------------------------------------------------------------------------------------
 
     def _placeholder(self, fx) -> Value:
         value = Value(name=fx.name, dtype=_dtype(fx), shape=_shape(fx))
+        known = self.plan.inputs.get(id(fx)) if self.plan is not None else None
+        if known is not None and value.dtype in FORMATS:
+            value.dtype_note = known.note
         target = self.params.get(fx.name)
         tensor = self.state.get(target) if target is not None else None
         if tensor is not None and isinstance(tensor, torch.Tensor):
@@ -75,7 +139,13 @@ class _Lowering:
 
     def _arg(self, a: Any) -> Any:
         if isinstance(a, torch.fx.Node):
-            return self.values.get(a.name)
+            value = self.values.get(id(a))
+            entry = self._entry
+            if entry is not None and id(a) in entry.casts and isinstance(value, Value):
+                return self._autocast_cast(value, entry.casts[id(a)], entry)
+            return value
+        if isinstance(a, (list, tuple)) and any(isinstance(x, torch.fx.Node) for x in a):
+            return type(a)(self._arg(x) for x in a)
         return a
 
     # ---- nodes -------------------------------------------------------------------------------------------
@@ -83,24 +153,74 @@ class _Lowering:
     def _call(self, fx) -> None:
         name = _aten_name(fx.target)
         if name == "getitem":
-            source = self.values.get(fx.args[0].name)
-            self.values[fx.name] = source[fx.args[1]] if isinstance(source, tuple) else source
+            source = self.values.get(id(fx.args[0]))
+            self.values[id(fx)] = source[fx.args[1]] if isinstance(source, tuple) else source
             return
-        if name in _SKIP:
+        if name in _SKIP or name.startswith(("_enter_autocast", "_exit_autocast")):
             return
-        handler = _HANDLERS.get(name)
-        args = [self._arg(a) for a in fx.args]
-        if handler is None:
-            self._emit(fx, name, [a for a in args if isinstance(a, Value)], {})
-            return
-        handler(self, fx, args)
+        self._entry = self.plan.ops.get(id(fx)) if self.plan is not None else None
+        self._casts: dict[tuple[int, str], Value] = {}  # the casts autocast inserts for this node, made once each
+        self._fx = fx
+        try:
+            handler = _HANDLERS.get(name)
+            if self._entry is not None and name == "type_as":
+                handler = _cast  # type_as under autocast is a cast to the other value's dtype there
+            args = [self._arg(a) for a in fx.args]
+            first = len(self.graph.nodes)
+            if handler is None:
+                self._emit(fx, name, [v for v in _flat(args) if isinstance(v, Value)], {})
+            else:
+                handler(self, fx, args)
+            if self._entry is not None:
+                self._autocast_dtypes(fx, self.graph.nodes[first:], self._entry)
+        finally:
+            self._entry = None
+
+    def _autocast_cast(self, value: Value, to: str, entry: "OpDtype") -> Value:
+        """The cast autocast (or type promotion) inserts before an op, as a Cast node; its output says why."""
+        if value.dtype == to:
+            return value
+        made = self._casts.get((id(value), to))
+        if made is not None:
+            return made
+        fmt = FORMATS[to]
+        node = Node(name=f"{self._prefix}{self._fx.name}/autocast:{value.name}", op_type="Cast",
+                    attrs={"to": _ONNX_ELEM[to]}, inputs=[value], opset=23)
+        _source(node, self._fx)  # the cast belongs to the op autocast casts for
+        value.consumers.append(node)
+        out = Value(name=node.name, producer=node, dtype=to, shape=value.shape,
+                    dtype_note=entry.cast_note or f"{self.plan.label}: {fmt.long_name}")
+        node.outputs = [out]
+        self.graph.nodes.append(node)
+        self._casts[(id(value), to)] = out
+        return out
+
+    def _autocast_dtypes(self, fx, nodes: list[Node], entry: "OpDtype") -> None:
+        """The nodes one fx node became hold autocast's dtypes: its outputs per output, the steps between in
+        the first float output's."""
+        made = self.values.get(id(fx))
+        finals = list(made) if isinstance(made, tuple) else [made]
+        main = next((d for d in entry.dtypes if d is not None), None)
+        for node in nodes:
+            if node.op_type == "Cast" and "/autocast:" in node.name:
+                continue
+            for value in node.outputs:
+                if value in finals:
+                    i = finals.index(value)
+                    dtype = entry.dtypes[i] if i < len(entry.dtypes) else main
+                else:
+                    dtype = main
+                if dtype is None or value.dtype not in FORMATS and value.dtype is not None:
+                    continue
+                value.dtype = dtype
+                value.dtype_note = entry.note
 
     def _emit(self, fx, op: str, inputs: list, attrs: dict, n_outputs: int = 1, dtype: str | None = None,
               suffix: str = "") -> Node:
         """One IR node for (part of) an fx node; scalars among the inputs become constants."""
         like = next((v for v in inputs if isinstance(v, Value)), None)
         ins = [v if isinstance(v, Value) or v is None else self._const(v, like) for v in inputs]
-        node = Node(name=fx.name + suffix, op_type=op, attrs=attrs, inputs=ins, opset=23)  # newest semantics
+        node = Node(name=self._prefix + fx.name + suffix, op_type=op, attrs=attrs, inputs=ins, opset=23)
         _source(node, fx)
         for v in ins:
             if v is not None:
@@ -109,13 +229,13 @@ class _Lowering:
         metas = fx.meta.get("val")
         for i in range(n_outputs):
             meta = metas[i] if isinstance(metas, (list, tuple)) and i < len(metas) else metas
-            out = Value(name=f"{fx.name}{suffix}:{i}" if n_outputs > 1 else fx.name + suffix, producer=node,
+            out = Value(name=f"{node.name}:{i}" if n_outputs > 1 else node.name, producer=node,
                         dtype=dtype or _dtype_of(meta) or (like.dtype if like is not None else None),
                         shape=_shape_of(meta))
             outs.append(out)
         node.outputs = outs
         self.graph.nodes.append(node)
-        self.values[fx.name] = outs[0] if n_outputs == 1 else tuple(outs)
+        self.values[id(fx)] = outs[0] if n_outputs == 1 else tuple(outs)
         return node
 
 
@@ -202,6 +322,8 @@ def _rsqrt(low, fx, args):
 
 def _cast(low, fx, args):
     dtype = fx.kwargs.get("dtype") or next((a for a in fx.args[1:] if isinstance(a, torch.dtype)), None)
+    if low._entry is not None:  # under autocast: the dtype the cast really gives there (type_as, .to(other))
+        dtype = _TORCH_OF.get(low._entry.dtypes[0]) if low._entry.dtypes else dtype
     fmt = TORCH_DTYPES.get(dtype)
     if fmt is None:  # a device move or a cast to an integer type: no float dtype to honour
         low._emit(fx, "Identity", [args[0]], {})
@@ -280,6 +402,7 @@ _HANDLERS: dict[str, Callable] = {
     **{op: _simple("Reshape" if op not in ("expand", "expand_as") else "Expand", 1) for op in _SHAPE},
 }
 _TORCH_OF = {v: k for k, v in TORCH_DTYPES.items()}
+_WRAP_WITH_AUTOCAST = getattr(torch.ops.higher_order, "wrap_with_autocast", None)
 # Checks torch.export inserts that compute nothing; as consumers they would hide where a value really goes.
 _SKIP = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size", "_assert_async"}
 
@@ -316,15 +439,23 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().to(torch.float64).cpu().numpy() if t.is_floating_point() else t.detach().cpu().numpy()
 
 
+def _flat(args: list) -> list:
+    """Arguments with lists opened (einsum's and cat's operands come as one list)."""
+    return [v for a in args for v in (a if isinstance(a, (list, tuple)) else [a])]
+
+
 def _source(node: Node, fx) -> None:
-    """Module path from nn_module_stack, Python file:line from the stack trace (innermost user frame)."""
+    """Module path from nn_module_stack; Python file:line from the stack trace (source.frames: the innermost user
+    frame, or the library module's own forward() with the user's call into it as the call site)."""
     stack = fx.meta.get("nn_module_stack") or {}
     if stack:
         path = list(stack.values())[-1][0]
         node.scope = _clean_path(path) or None
-    frame = user_frame(fx.meta.get("stack_trace") or "")
+    frame, call_site = frames(fx.meta.get("stack_trace") or "")
     if frame is not None:
         node.source_file, node.source_line = frame
+    if call_site is not None:
+        node.call_site = call_site
 
 
 def _clean_path(path: str) -> str:

@@ -3,8 +3,11 @@
 --dtype semantics for a module: the module is converted with `model.to(dtype)` (fp16, bf16) before capture,
 so its explicit upcasts (`x.float()`, `.to(torch.float32)`) survive as casts in the graph; fp32 capture would
 drop them as no-ops. fp8 targets capture in float32 and apply the same "float32 runs as the target" rule as
-for ONNX graphs. Autocast is not emulated: it keeps norms and softmax in float32 by op lists of its own, which
-is what the fused-op stash rules already model for LayerNorm/GroupNorm/RMSNorm.
+for ONNX graphs.
+
+--autocast cuda|cpu means the module runs in float32 under torch.autocast(device, dtype): it is captured in
+float32 (its own casts kept, see autocast.preserve_casts) and every node takes the dtype torch's autocast
+kernels give it (autocast.plan_autocast). Traced mode exports the same program with those casts written in.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from ..files import check_regular, note_read, open_regular
 from ..ir import Graph
 from ..options import TorchOptions
 from .aten_lowering import lower_exported_program
+from .autocast import DEVICES, plan_autocast, preserve_casts
 from .pt2_guard import archive_guard, no_compiled_code, pt2_package
 from .user_code import described, first_line, user_code
 
@@ -49,11 +53,17 @@ _CAPTURE_FAILED = ("torch.export could not capture the model ({}); data-dependen
 def load_torch_graph(spec: str, options: TorchOptions, target: str = "fp16") -> Graph:
     """The IR of a PyTorch model named on the command line."""
     lowered = spec.lower()
+    _check_autocast(spec, options, target)
     if lowered.endswith(".pt2"):
-        return lower_exported_program(_load_pt2(spec, options), spec)
+        program = _load_pt2(spec, options)
+        if options.autocast:
+            return _lowered_under_autocast(program, spec, options.autocast, target)
+        return lower_exported_program(program, spec)
     if lowered.endswith((".pt", ".pth", ".ts")):
         return _load_torchscript_or_pickle(spec, options, target)
     with _factory_model(spec, options) as (module, args):
+        if options.autocast:
+            return _capture_under_autocast(module, args, spec, options.autocast, target)
         return _capture(module, args, spec, target)
 
 
@@ -282,6 +292,40 @@ def _capture(model: nn.Module, args: tuple, spec: str, target: str) -> Graph:
     graph.module_eps = eps
     graph.converted_to = target if target in _CAPTURE_IN else None
     return graph
+
+
+def _check_autocast(spec: str, options: TorchOptions, target: str) -> None:
+    if not options.autocast:
+        return
+    if options.autocast not in DEVICES:
+        raise InputError(spec, f"--autocast must be one of {', '.join(DEVICES)}, not {options.autocast!r}")
+    if target not in ("fp16", "bf16"):
+        raise InputError(spec, f"--autocast runs ops in float16 or bfloat16: use it with --dtype fp16 or bf16, "
+                               f"not {target}")
+    if spec.lower().endswith((".pt", ".pth", ".ts")):
+        raise InputError(spec, "--autocast needs the module's ATen program: a factory (model.py:make_model) or a "
+                               "torch.export .pt2, not a TorchScript or pickled file")
+
+
+def _capture_fp32(model: nn.Module, args: tuple, spec: str):
+    """The module as it runs under autocast: in float32, every float cast it writes recorded."""
+    with user_code(spec, "running forward() under torch.export", _CAPTURE_FAILED):
+        model = model.eval()
+        with _quiet(), preserve_casts():
+            return torch.export.export(model, args, strict=False), _module_walk(model)
+
+
+def _capture_under_autocast(model: nn.Module, args: tuple, spec: str, device: str, target: str) -> Graph:
+    program, eps = _capture_fp32(model, args, spec)
+    graph = _lowered_under_autocast(program, spec, device, target)
+    graph.module_eps = eps
+    return graph
+
+
+def _lowered_under_autocast(program, spec: str, device: str, target: str) -> Graph:
+    with _quiet():
+        plan = plan_autocast(program, device, target, spec)
+    return lower_exported_program(program, spec, plan)
 
 
 def _module_walk(model: nn.Module) -> dict[str, str]:
