@@ -29,7 +29,6 @@ class Settings:
     """The resolved configuration; origins says where each value came from (default, a file, or the command line)."""
 
     dtype: str = "fp16"
-    autocast: str | None = None  # PyTorch: run the float32 module under torch.autocast on this device (cuda, cpu)
     keep_fp32: list[str] = field(default_factory=list)
     rules: list[str] = field(default_factory=list)
     format: str = "text"
@@ -38,6 +37,7 @@ class Settings:
     ignore: list[str] = field(default_factory=list)
     preview: bool = False
     check_weights: bool = False  # read every float32 weight and measure it against the target dtype
+    autocast: str | None = None  # PyTorch: run the float32 module under torch.autocast on this device (cuda, cpu)
     baseline: str | None = None
     per_model_ignores: dict[str, list[str]] = field(default_factory=dict)
     per_node_ignores: dict[str, list[str]] = field(default_factory=dict)
