@@ -56,6 +56,8 @@ class Finding:
     source_line: int | None = None
     values: dict[str, Any] = field(default_factory=dict)  # eps, eps_rounded, compute_dtype, compute_reason, ...
     references: list[str] = field(default_factory=list)
+    # other places that explain this one: [{"file", "line", "message"}], e.g. the user's call into a library module
+    related_locations: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def fingerprint(self) -> str:

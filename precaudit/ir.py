@@ -58,6 +58,8 @@ class Node:
     scope: str | None = None  # module path, e.g. "encoder.layer.0.attention.output.LayerNorm"
     source_file: str | None = None
     source_line: int | None = None
+    # (file, line) of the user's call that led into a library module whose own forward() is source_file:line
+    call_site: tuple[str, int] | None = None
     subgraph_path: str = ""  # "If_3/then_branch" for nodes inside a control-flow body
     # If/Loop/Scan bodies as the ONNX file holds them (their nodes are also in Graph.nodes, with a subgraph_path):
     # traced mode hands them to onnxruntime whole

@@ -87,6 +87,7 @@ def _result(f: Finding, index: dict[str, int], outcome: Outcome) -> dict:
         "level": _LEVELS[f.severity],
         "message": {"text": full_message(shown(f))},
         "locations": [_location(f, outcome)],
+        **({"relatedLocations": _related(f, outcome)} if f.related_locations else {}),
         "partialFingerprints": {FINGERPRINT_KEY: f.fingerprint},
         "properties": {"model": f.model, "values": f.values},
     }
@@ -105,6 +106,14 @@ def _location(f: Finding, outcome: Outcome) -> dict:
         "logicalLocations": [{"name": f.node_name, "kind": "function",
                               "fullyQualifiedName": f"{f.scope}/{node}" if f.scope else f.node_name}],
     }
+
+
+def _related(f: Finding, outcome: Outcome) -> list[dict]:
+    """Other places that explain a finding: the user's call into the library module whose forward() holds it."""
+    return [{"id": i, "message": {"text": loc["message"]},
+             "physicalLocation": {"artifactLocation": _artifact(loc["file"], outcome),
+                                  "region": {"startLine": loc["line"] or 1}}}
+            for i, loc in enumerate(f.related_locations, 1)]
 
 
 def _artifact(path: str, outcome: Outcome) -> dict:

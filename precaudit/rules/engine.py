@@ -45,6 +45,9 @@ def _finding(rule: Rule, site: Site, env: dict[str, Any], model: str) -> Finding
         source_file=node.source_file, source_line=node.source_line,
         values={k: v for k, v in site.facts.items() if not k.startswith("fmt_") and _plain(v)},
         references=list(rule.references),
+        related_locations=[{"file": node.call_site[0], "line": node.call_site[1],
+                            "message": "the call into the module whose forward() holds this op"}]
+        if node.call_site else [],
     )
 
 
