@@ -85,7 +85,7 @@ class _Lowering:
         operands = [self._arg(a) for a in fx.args[5:]]
         for ph, value in zip([n for n in body.graph.nodes if n.op == "placeholder"], operands):
             self.values[id(ph)] = value
-        saved, self._prefix = self._prefix, f"{self._prefix}{fx.name}/"
+        saved, self._prefix = self._prefix, f"{self._prefix}{fx.args[4].target}/"
         try:
             outs = self._walk(body, body.graph)
         finally:
@@ -102,9 +102,11 @@ class _Lowering:
                 if value is None or value.dtype_note is not None or value.dtype not in FORMATS:
                     continue
                 if value.const_origin and value.const_origin.startswith("the Python number"):
-                    value.dtype_note = (f"a Python number takes the dtype of the tensor it meets: {like.dtype_note}"
-                                        if like is not None and like.dtype == value.dtype else
-                                        f"a Python number takes the dtype of the tensor it meets under {label}")
+                    # a wrapped number computes in the op's dtype: the op's reason is the number's
+                    out = next((o for o in node.outputs if o.dtype == value.dtype and o.dtype_note), None)
+                    source = out or (like if like is not None and like.dtype == value.dtype else None)
+                    value.dtype_note = source.dtype_note if source is not None else \
+                        f"a Python number takes the dtype of the tensor it meets under {label}"
                 elif like is not None and like.dtype == value.dtype:
                     value.dtype_note = like.dtype_note
                 else:
@@ -372,6 +374,14 @@ def _like(low, fx, args):
     low._emit(fx, "ConstantOfShape", [], {}, dtype=_dtype(fx))
 
 
+def _masked_fill(low, fx, args):
+    # x.masked_fill(mask, value) = Where(mask, value, x); the fill takes x's dtype (a Python number is wrapped)
+    x, mask, fill = args[0], args[1], args[2]
+    if not isinstance(fill, Value):
+        fill = low._const(fill, x if isinstance(x, Value) else None)
+    low._emit(fx, "Where", [mask, fill, x], {})
+
+
 def _div(low, fx, args):
     low._emit(fx, "Div", [args[0], args[1]], {})
 
@@ -398,7 +408,7 @@ _HANDLERS: dict[str, Callable] = {
     "linalg_vector_norm": _vector_norm, "norm": _vector_norm,
     "clamp": _clamp, "clamp_min": _clamp, "clip": _clamp,
     "to": _cast, "_to_copy": _cast, "type_as": _simple("Identity", 1),
-    "where": _simple("Where"),
+    "where": _simple("Where"), "masked_fill": _masked_fill,
     **{op: _simple("Reshape" if op not in ("expand", "expand_as") else "Expand", 1) for op in _SHAPE},
 }
 _TORCH_OF = {v: k for k, v in TORCH_DTYPES.items()}

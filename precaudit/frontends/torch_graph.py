@@ -18,6 +18,7 @@ import importlib
 import importlib.util
 import io
 import logging
+import re
 import shutil
 import sys
 import tempfile
@@ -34,7 +35,7 @@ from ..files import check_regular, note_read, open_regular
 from ..ir import Graph
 from ..options import TorchOptions
 from .aten_lowering import lower_exported_program
-from .autocast import DEVICES, plan_autocast, preserve_casts
+from .autocast import DEVICES, cast_explicitly, note_export, plan_autocast, preserve_casts
 from .pt2_guard import archive_guard, no_compiled_code, pt2_package
 from .user_code import described, first_line, user_code
 
@@ -74,8 +75,20 @@ def load_torch_as_onnx(spec: str, options: TorchOptions, target: str = "fp16") -
     lines and module paths the exporter records.
     """
     lowered = spec.lower()
+    _check_autocast(spec, options, target)
     if lowered.endswith((".pt", ".pth", ".ts")):
         return _load_torchscript_or_pickle(spec, options, target, as_onnx=True)
+    if options.autocast:
+        # the float32 program with the casts autocast inserts written in: the export computes in autocast's dtypes
+        if lowered.endswith(".pt2"):
+            program, args = _load_pt2(spec, options), ()
+        else:
+            with _factory_model(spec, options) as (module, args):
+                program, _ = _capture_fp32(module, args, spec)
+        with _quiet():
+            plan = plan_autocast(program, options.autocast, target, spec)
+            cast_explicitly(program, plan)
+        return _exported_to_onnx(program, args, spec, plan)
     if lowered.endswith(".pt2"):
         graph = _exported_to_onnx(_load_pt2(spec, options), (), spec)
     else:
@@ -87,10 +100,10 @@ def load_torch_as_onnx(spec: str, options: TorchOptions, target: str = "fp16") -
     return graph
 
 
-def _exported_to_onnx(program, args: tuple, spec: str) -> Graph:
+def _exported_to_onnx(program, args: tuple, spec: str, plan=None) -> Graph:
     return _via_onnx(program, args, spec, dynamo=True,
                      failure="traced mode exports the model to ONNX first, and that failed ({}); audit an ONNX "
-                             "export with --trace instead")
+                             "export with --trace instead", plan=plan)
 
 
 # ---- sources ---------------------------------------------------------------------------------------------
@@ -249,8 +262,12 @@ def _torchscript_graph(scripted, spec: str, options: TorchOptions) -> Graph:
                              "export instead")
 
 
-def _via_onnx(model, args: tuple, spec: str, dynamo: bool, failure: str) -> Graph:
-    """Export to a temporary ONNX file with torch.onnx and read that; failure names what went wrong."""
+def _via_onnx(model, args: tuple, spec: str, dynamo: bool, failure: str, plan=None) -> Graph:
+    """Export to a temporary ONNX file with torch.onnx and read that; failure names what went wrong.
+
+    A dynamo export's nodes are placed as a captured program's are (source.frames: a library module's own
+    forward, the user's call as the call site); with an autocast plan every float value says why it has its dtype.
+    """
     from .onnx import load_onnx
 
     # The folder outlives this call: initializers (external data included) are read lazily, when traced mode
@@ -265,8 +282,41 @@ def _via_onnx(model, args: tuple, spec: str, dynamo: bool, failure: str) -> Grap
             graph = load_onnx(str(out))
         except InputError as exc:
             raise InputError(spec, f"its ONNX export cannot be read: {exc.problem}") from None
+    if dynamo:
+        targets = _placed(graph, out)
+        if plan is not None:
+            note_export(graph, targets, plan)
     graph.path = spec
     return graph
+
+
+_FX_TARGET = re.compile(r"target=torch\.ops\.(?:aten|prims)\.(\w+)\.(\w+)")
+
+
+def _placed(graph: Graph, path: Path) -> dict[str, str]:
+    """Place each node by the exporter's stack trace as a captured program's nodes are; the ATen op each
+    node came from, by node name ('linear', 'pow.Tensor_Scalar')."""
+    import onnx
+
+    from .source import frames
+
+    model = onnx.load(str(path), load_external_data=False)
+    by_name = {node.name: node for node in graph.nodes}
+    targets: dict[str, str] = {}
+    for proto in model.graph.node:
+        node = by_name.get(proto.name)
+        if node is None:
+            continue
+        meta = {p.key: p.value for p in proto.metadata_props}
+        frame, call_site = frames(meta.get("pkg.torch.onnx.stack_trace", ""))
+        if frame is not None:
+            node.source_file, node.source_line = frame
+        if call_site is not None:
+            node.call_site = call_site
+        found = _FX_TARGET.search(meta.get("pkg.torch.onnx.fx_node", ""))
+        if found:
+            targets[proto.name] = found[1] if found[2] == "default" else f"{found[1]}.{found[2]}"
+    return targets
 
 
 # ---- capture ---------------------------------------------------------------------------------------------
