@@ -63,18 +63,19 @@ def _traced(path: str, graph: Graph, resolver: DtypeResolver, trace: TraceOption
 
 def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32: list[str],
                  torch_options: TorchOptions | None = None, trace: TraceOptions | None = None,
-                 check_weights: bool = False, dtype_maps: bool = False) -> AuditResult:
+                 check_weights: bool = False, dtype_maps: bool = False, converter: str = "plain") -> AuditResult:
     """Audit each model; a model that fails to load is recorded as an error and the rest go on.
 
     Weights are read only where the run reads them anyway (--trace) or the user asked (--check-weights).
-    dtype_maps keeps each node's compute dtype and its reason (the HTML report's dtype map).
+    dtype_maps keeps each node's compute dtype and its reason (the HTML report's dtype map). converter names the
+    fp16 converter modelled (precaudit/converters): its default block list, constant clamp and Cast handling.
     """
     result = AuditResult()
     weight_rules = any("weight" in rule.sites for rule in rules)
     for path in paths:
         try:
             graph = load_graph(path, torch_options, target.name)
-            resolver = DtypeResolver(graph, target, keep_fp32)
+            resolver = DtypeResolver(graph, target, keep_fp32, converter)
             if dtype_maps:
                 from .report.dtype_map import node_dtypes
                 result.dtype_maps[path] = node_dtypes(graph, resolver)

@@ -62,6 +62,20 @@ class ListFormat(str, Enum):
     json = "json"
 
 
+_CONVERTER_METAVAR = "plain|onnxconverter-common|onnxruntime|olive|modelopt"
+_CONVERTER_HELP = ("The fp16 converter to model: its default block list, its clamp of the constants it converts and "
+                   "its Cast handling (default plain: every float32 tensor runs in --dtype).")
+
+
+def _converter_name(value: Optional[str]) -> Optional[str]:
+    from .converters import CONVERTER_NAMES
+
+    if value is not None and value not in CONVERTER_NAMES:
+        raise typer.BadParameter(f"unknown converter {value!r}; choose one of {', '.join(CONVERTER_NAMES)}",
+                                 param_hint="'--converter'")
+    return value
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"precaudit {__version__}")
@@ -86,6 +100,7 @@ def check(
                                                 "instead of model.to(--dtype)."),
     keep_fp32: List[str] = typer.Option([], "--keep-fp32", metavar="OP_OR_NODE,...",
                                         help="Op types, node names or globs kept in float32 (your converter's block list)."),
+    converter: Optional[str] = typer.Option(None, "--converter", metavar=_CONVERTER_METAVAR, help=_CONVERTER_HELP),
     rules: List[str] = typer.Option([], "--rules", metavar="PATH",
                                     help="Extra YAML rule file or folder; may override built-in severities and params."),
     select: List[str] = typer.Option([], "--select", metavar="RULE,...",
@@ -137,7 +152,8 @@ def check(
     given = {"dtype": dtype, "autocast": autocast, "keep_fp32": _split(keep_fp32), "rules": list(rules),
              "select": _split(select),
              "ignore": _split(ignore), "preview": preview, "format": output_format and output_format.value,
-             "fail_on": fail_on and fail_on.value, "baseline": baseline, "check_weights": check_weights}
+             "fail_on": fail_on and fail_on.value, "baseline": baseline, "check_weights": check_weights,
+             "converter": _converter_name(converter)}
     # Only flags the user typed override the pyproject: None and empty lists mean "not given".
     settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
     if show_settings:
@@ -197,7 +213,7 @@ def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_ze
     rule_set = active_rules(all_rules, settings.select, settings.ignore, settings.preview)
     result = audit_in_parallel(models, jobs, debug, target=target, rules=rule_set, keep_fp32=settings.keep_fp32,
                                torch_options=torch_options, trace=trace_options, check_weights=settings.check_weights,
-                               dtype_maps=settings.format == "html")
+                               dtype_maps=settings.format == "html", converter=settings.converter)
     for err in result.errors:
         typer.echo(f"precaudit: {err}", err=True)
     kept = drop_ignored(result.findings, {r.id: r for r in rule_set}, settings.per_model_ignores,
@@ -217,7 +233,7 @@ def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_ze
                        "rules": settings.rules, "format": settings.format, "select": settings.select,
                        "ignore": settings.ignore, "preview": settings.preview, "baseline": settings.baseline,
                        "check_weights": settings.check_weights or trace_options is not None,
-                       "config_file": settings.config_file}
+                       "converter": settings.converter, "config_file": settings.config_file}
     return Outcome(result=AuditResult(counted, result.errors, result.models, result.traces, result.dtype_maps),
                    settings=report_settings,
                    exit_code=code, rules=rule_set, root=repo_root(), ignored=len(result.findings) - len(kept),
@@ -281,6 +297,7 @@ def match(
     node: str = typer.Option("*", "--node", metavar="GLOB", help="Only nodes whose name matches this glob."),
     dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="Target dtype (default from config, else fp16)."),
     keep_fp32: List[str] = typer.Option([], "--keep-fp32", metavar="OP_OR_NODE,..."),
+    converter: Optional[str] = typer.Option(None, "--converter", metavar=_CONVERTER_METAVAR, help=_CONVERTER_HELP),
     rules: List[str] = typer.Option([], "--rules", metavar="PATH", help="Extra YAML rule file or folder."),
 ) -> int:
     """Show, node by node, why a rule fires or does not: the pattern step that failed, or the condition's values."""
@@ -290,12 +307,12 @@ def match(
     from .escape import printable
     from .rules.match_trace import trace_rule
 
-    given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules)}
+    given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "converter": _converter_name(converter)}
     settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
     chosen = _rule_named(rule, settings.rules)
     target = _target(settings)
     graph = load_graph(model, target=target.name)
-    resolver = DtypeResolver(graph, target, settings.keep_fp32)
+    resolver = DtypeResolver(graph, target, settings.keep_fp32, settings.converter)
     typer.echo(f"{chosen.id} {chosen.name} on {printable(model)} (--dtype {resolver.target.name})")
     for line in trace_rule(graph, resolver, chosen, node):
         typer.echo(f"  {printable(line)}")

@@ -12,6 +12,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from .converters import CONVERTER_NAMES
 from .dtypes import format_named
 from .errors import InputError
 from .files import MiB, read_text
@@ -38,6 +39,7 @@ class Settings:
     preview: bool = False
     check_weights: bool = False  # read every float32 weight and measure it against the target dtype
     autocast: str | None = None  # PyTorch: run the float32 module under torch.autocast on this device (cuda, cpu)
+    converter: str = "plain"  # the ONNX fp16 converter whose block list and constant clamp to model (converters/)
     baseline: str | None = None
     per_model_ignores: dict[str, list[str]] = field(default_factory=dict)
     per_node_ignores: dict[str, list[str]] = field(default_factory=dict)
@@ -151,7 +153,7 @@ def _check(name: str, value: Any, fail) -> Any:
             format_named(value)
         except KeyError as exc:
             raise fail(str(exc.args[0])) from None
-    allowed = {"fail_on": FAIL_ON, "format": FORMATS, "autocast": AUTOCAST}.get(name)
+    allowed = {"fail_on": FAIL_ON, "format": FORMATS, "autocast": AUTOCAST, "converter": CONVERTER_NAMES}.get(name)
     if allowed and value not in allowed:
         raise fail(f"must be one of {', '.join(allowed)}, got {value!r}")
     return value

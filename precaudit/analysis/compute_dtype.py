@@ -17,6 +17,11 @@ code they rest on):
 - A no-op Cast, and the place an island ended, are remembered only to explain a finding's reason (why the
   float32 a reader sees upstream does not count); such a note flows the way an island would.
 - A node kept by ``--keep-fp32`` computes in float32, and a converter casts its outputs back to the target dtype.
+- With a converter model (``--converter``, precaudit/converters): the nodes it keeps by default (its op block
+  list, modelopt's fused LayerNorms) compute in float32 like kept ones; a control-flow node kept in float32 keeps
+  its bodies too (converters do not descend into a blocked node's bodies); a ``Cast(to=float32)`` outside the
+  block list starts no island (every converter rewrites, retypes or removes it); and the constants it converts
+  are clamped its way (``ComputeDtype.clamp``, applied where an eps or constant is rounded).
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from ..dtypes import FORMATS, Format, format_of_onnx_type
+from ..converters import Clamp, Converter, converter_named
+from ..dtypes import FORMATS, Format, format_of_onnx_type, round_to_format
+from ..errors import InputError
 from ..ir import Graph, Node, Value, implicit_inputs
 from .constants import is_constant
 
@@ -43,6 +50,15 @@ class ComputeDtype:
 
     fmt: Format
     reason: str
+    clamp: Clamp | None = None  # what the converter does to a constant it converts into this dtype
+
+    def constant(self, value: float, source: str = "initializer") -> float:
+        """A constant (stored as `source`, a const_origin) as the converter leaves it, before rounding."""
+        return self.clamp.apply(value) if self.clamp is not None and self.clamp.applies_to(source) else value
+
+    def rounded_constant(self, value: float, source: str = "initializer") -> float:
+        """A constant as a node computing in this dtype sees it: clamped by the converter, then rounded."""
+        return round_to_format(self.constant(value, source), self.fmt)
 
 
 @dataclass(frozen=True)
@@ -51,7 +67,8 @@ class _Origin:
 
     kind: "island" (the Cast widened an activation: it is held in `to`), "cast" (it narrowed or changed it: a
     value stored in `to` says so in its reason), or a note that only explains a reason: "noop" (the Cast changed
-    nothing), "ended" (the island from the Cast ended at `ended_at`, which also read `ended_by`).
+    nothing), "ended" (the island from the Cast ended at `ended_at`, which also read `ended_by`), "converted"
+    (the converter rewrites, retypes or removes the widening Cast).
     """
 
     cast: str  # the Cast node's name
@@ -75,22 +92,51 @@ class DtypeResolver:
     as written, so its float32 tensors (an fp32 constant inside an fp32 island) stay float32.
     """
 
-    def __init__(self, graph: Graph, target: Format, keep_fp32: list[str] | tuple[str, ...] = ()):
+    def __init__(self, graph: Graph, target: Format, keep_fp32: list[str] | tuple[str, ...] = (),
+                 converter: str | Converter | None = None, keep_nodes: tuple[Node, ...] | list[Node] = ()):
         self.graph = graph
         self.target = target
         self.keep_fp32 = list(keep_fp32)
         self.converted = target.name not in ("fp32", "fp64") and graph.converted_to is None and _converted(graph, target)
+        self.converter = converter_named(converter)
+        # the converter runs only on a float32 model being narrowed: not on one already converted, nor in float32
+        narrowing = target.name not in ("fp32", "fp64") and not self.converted
+        if not self.converter.plain and narrowing:
+            _check_converter(graph, target, self.converter)
+        self.converting = narrowing and self.converter.applies(target)
+        self.clamp = self.converter.clamp(target) if self.converting else None
+        self._blocked = self.converter.blocked(graph, target) if self.converting else {}
+        self._keep_nodes = {id(n) for n in keep_nodes}  # nodes a keep-list under test keeps (exact, no globs)
         self._origin: dict[int, _Origin] = {}  # id(value) -> the Cast it descends from
         self._ends_at: dict[int, tuple[_Origin, Value, ComputeDtype]] = {}  # id(node) -> island, activation, dtype
         self._fills: set[int] = set()  # id(value) of values whose float content all comes from the file
         self._propagate_casts()
 
     def kept_by(self, node: Node) -> str | None:
-        """The --keep-fp32 entry (op type, node name or glob) that keeps this node in float32, if any."""
-        for pattern in self.keep_fp32:
-            if pattern == node.op_type or fnmatchcase(node.name, pattern) or (node.scope and fnmatchcase(node.scope, pattern)):
-                return pattern
-        return None
+        """What keeps this node in float32, if anything: a --keep-fp32 entry (op type, node name or glob), the
+        keep-list under test, the converter's default block list; or the same for the control-flow node whose
+        body holds it (a converter leaves a blocked node's bodies in float32)."""
+        return self._kept(node)[0]
+
+    def _kept(self, node: Node) -> tuple[str | None, str]:
+        """(the entry that keeps the node, the reason a finding prints), or (None, "")."""
+        inner: Node | None = node
+        while inner is not None:
+            for pattern in self.keep_fp32:
+                if pattern == inner.op_type or fnmatchcase(inner.name, pattern) or \
+                        (inner.scope and fnmatchcase(inner.scope, pattern)):
+                    return pattern, self._within(node, inner, f"kept in float32 by --keep-fp32 {pattern}")
+            if id(inner) in self._keep_nodes:
+                return "keep-list", self._within(node, inner, "kept in float32 by the keep-list")
+            blocked = self._blocked.get(id(inner))
+            if blocked is not None:
+                return blocked, self._within(node, inner, blocked)
+            inner = inner.parent
+        return None, ""
+
+    @staticmethod
+    def _within(node: Node, keeper: Node, reason: str) -> str:
+        return reason if keeper is node else f"inside '{keeper.name}' ({keeper.op_type}), {reason}"
 
     def of_value(self, value: Value) -> ComputeDtype | None:
         """The dtype a float value is held in during the audited run; None for non-float values."""
@@ -114,22 +160,23 @@ class DtypeResolver:
             return ComputeDtype(FORMATS["fp32"], f"after Cast to float32 at node '{island.cast}'")
         if self.converted:
             return ComputeDtype(FORMATS["fp32"], f"stored in float32 in a model stored in {self.target.long_name}")
-        why = f"--dtype {self.target.name}: float32 tensors run as {self.target.long_name}"
+        converter = f" converted by {self.converter.title}" if self.converting else ""
+        why = f"--dtype {self.target.name}: float32 tensors run as {self.target.long_name}{converter}"
         if origin is not None and origin.kind == "noop" and origin.to == "fp32":
-            return ComputeDtype(self.target, f"{why} (the Cast to float32 at '{origin.cast}' is a no-op: its input "
-                                             "is already float32)")
-        if origin is not None and origin.kind == "ended":
-            return ComputeDtype(self.target, f"{why} (the {FORMATS[origin.to].long_name} island after Cast "
-                                             f"'{origin.cast}' ends at '{origin.ended_at}', which also reads "
-                                             f"'{origin.ended_by}')")
-        return ComputeDtype(self.target, why)
+            why += f" (the Cast to float32 at '{origin.cast}' is a no-op: its input is already float32)"
+        elif origin is not None and origin.kind == "ended":
+            why += (f" (the {FORMATS[origin.to].long_name} island after Cast '{origin.cast}' ends at "
+                    f"'{origin.ended_at}', which also reads '{origin.ended_by}')")
+        elif origin is not None and origin.kind == "converted":
+            why += f" (the Cast to float32 at '{origin.cast}' starts no island: the converter {self.converter.upcast})"
+        return ComputeDtype(self.target, why, self.clamp)
 
     def of_node(self, node: Node) -> ComputeDtype | None:
         """The dtype a node computes in: its kept-fp32 status, else the dtype of its first float input (the
         target-dtype activation where a float32 island ends at the node)."""
-        pattern = self.kept_by(node)
+        pattern, reason = self._kept(node)
         if pattern is not None:
-            return ComputeDtype(FORMATS["fp32"], f"kept in float32 by --keep-fp32 {pattern}")
+            return ComputeDtype(FORMATS["fp32"], reason)
         end = self._ends_at.get(id(node))
         if end is not None:
             island, other, dtype = end
@@ -145,9 +192,9 @@ class DtypeResolver:
 
     def of_stash(self, node: Node, stash_type: int | None, default_note: str) -> ComputeDtype | None:
         """Compute dtype of a norm op that carries its own statistics dtype (stash_type)."""
-        pattern = self.kept_by(node)
+        pattern, reason = self._kept(node)
         if pattern is not None:
-            return ComputeDtype(FORMATS["fp32"], f"kept in float32 by --keep-fp32 {pattern}")
+            return ComputeDtype(FORMATS["fp32"], reason)
         if stash_type is None:
             return ComputeDtype(FORMATS["fp32"], f"stash_type absent: default 1 (float32){default_note}")
         fmt = format_of_onnx_type(stash_type)
@@ -189,7 +236,10 @@ class DtypeResolver:
                 return inherited
             return _Origin(node.name, fmt.name, "noop")
         # a narrowing Cast ends the island its input was in: what it makes is held as it is stored
-        return _Origin(node.name, fmt.name, "island" if _widens(FORMATS[source.dtype], fmt) else "cast")
+        widens = _widens(FORMATS[source.dtype], fmt)
+        if widens and self.converting and fmt.name == "fp32" and self.kept_by(node) is None:
+            return _Origin(node.name, fmt.name, "converted")  # no converter keeps an upcast outside its block list
+        return _Origin(node.name, fmt.name, "island" if widens else "cast")
 
     def _note_fills(self, node: Node, reads: list[Value]) -> None:
         """A mask bias built from constants (Where(mask, 0, -inf), a ConstantOfShape fill) is no activation."""
@@ -216,6 +266,17 @@ class DtypeResolver:
                 self._ends_at[id(node)] = (carried, value, dtype)
                 return _Origin(carried.cast, carried.to, "ended", ended_at=node.name, ended_by=value.name)
         return carried
+
+
+def _check_converter(graph: Graph, target: Format, converter: Converter) -> None:
+    """A converter model applies to ONNX graphs it can convert to the target; anything else is a usage error."""
+    if graph.converted_to is not None:
+        raise InputError(graph.path, f"--converter {converter.name} models an ONNX converter; a PyTorch model is "
+                                     f"audited as model.to({target.long_name}) (audit its ONNX export instead)")
+    if target.name not in converter.targets:
+        names = " and ".join(FORMATS[t].long_name for t in converter.targets)
+        raise InputError(graph.path, f"--converter {converter.name}: {converter.title} converts to {names} only, "
+                                     f"not {target.long_name}")
 
 
 def _widens(source: Format, to: Format) -> bool:

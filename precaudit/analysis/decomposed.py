@@ -91,7 +91,7 @@ def _scan_root(root: Node, graph: Graph, resolver: DtypeResolver, scan: ChainSca
              "eps_source": eps.source if eps else "none in the graph",
              "missing_note": _OPTIMIZED_AWAY if placement == "missing" and graph.exporter == "torch-dynamo" else "",
              "keep_hint": _chain_glob(site_node, root), "stat_floor": None, **_square_facts(stat, resolver),
-             **eps_facts(eps.value if eps else None, dtype), **dtype_facts(dtype, resolver)}
+             **eps_facts(eps, dtype), **dtype_facts(dtype, resolver)}
     if cap is not None and site_node is cap[0]:
         facts.update(_cap_rounding(cap[2], dtype))
     scan.sites.append(Site("norm", site_node, facts))

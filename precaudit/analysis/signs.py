@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import re
 
-from ..dtypes import round_to_format
 from ..ir import Node, Value
 from .constants import resolve_scalar
 
@@ -198,25 +197,27 @@ class SignAnalysis:
         const = resolve_scalar(value)
         if const is None:
             return cls
-        rounded = self._rounded(node, const.value)
+        rounded = self._rounded(node, const.value, const.source)
         return "zero" if rounded == 0 else _sign(rounded)
 
     def _floor(self, node: Node) -> str | None:
         """The sign a Max(x, c) or Clip(x, min=c) is guaranteed by its constant floor."""
         if node.op_type == "Clip":
             const = resolve_scalar(node.input(1)) if node.input(1) is not None else None
-            value = const.value if const is not None else node.attrs.get("min")
+            value, source = (const.value, const.source) if const is not None else (node.attrs.get("min"), "attribute")
         else:
             consts = [resolve_scalar(v) for v in node.inputs[1:]] + [resolve_scalar(node.input(0))]
-            value = max((c.value for c in consts if c is not None), default=None)
+            const = max((c for c in consts if c is not None), key=lambda c: c.value, default=None)
+            value, source = (const.value, const.source) if const is not None else (None, "")
         if value is None:
             return None
-        value = self._rounded(node, float(value))
+        value = self._rounded(node, float(value), source)
         return "positive" if value > 0 else "nonneg" if value == 0 else None
 
-    def _rounded(self, node: Node, value: float) -> float:
+    def _rounded(self, node: Node, value: float, source: str) -> float:
+        """A constant as the node sees it: clamped the way a --converter clamps it, then rounded into its dtype."""
         dtype = self._resolver.of_node(node) if self._resolver is not None else None
-        return round_to_format(value, dtype.fmt) if dtype is not None else value
+        return dtype.rounded_constant(value, source) if dtype is not None else value
 
 
 def _mask_input(value: Value) -> bool:

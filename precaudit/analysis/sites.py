@@ -13,20 +13,21 @@ from ..dtypes import FORMATS, Format, classify, format_of_onnx_type, round_to_fo
 from ..ir import Graph, Node, Value
 from .compute_dtype import ComputeDtype, DtypeResolver
 from .fused_norms import FUSED_NORMS, NormSpec
-from .constants import resolve_scalar, skip_casts
+from .constants import ScalarConst, resolve_scalar, skip_casts
 from .pattern import OpP, match_node
 from .signs import SignAnalysis
 
 __all__ = ["Site", "FACT_NAMES", "PATTERN_FACTS", "find_sites", "find_norm_sites", "find_constant_sites", "find_pattern_sites",
            "find_weight_sites", "weight_stats", "reduction_length", "eps_facts", "dtype_facts", "scalar_of", "feeding_op",
-           "selected_by_where_only"]
+           "selected_by_where_only", "feeds_softmax"]
 
 # Single ops audited for what they do with their input; the site kind is the lower-case op name.
 _OP_SITES = {"Softmax", "LogSoftmax", "Log", "Sqrt", "Reciprocal", "Div", "Exp", "Pow"}
 
 # The facts each site kind carries: the names a rule condition or message may use.
 _DTYPE_FACTS = {"compute_dtype", "compute_reason", "target_dtype", "target_ulp_at_1", *FORMATS["fp32"].numbers()}
-_EPS_FACTS = {"has_eps", "eps", "eps_rounded", "eps_class", "eps_source", "eps_role", "eps_placement", "keep_hint"}
+_EPS_FACTS = {"has_eps", "eps", "eps_converted", "eps_rounded", "eps_class", "eps_source", "eps_role",
+              "eps_placement", "keep_hint"}
 _OP_FACTS = {"op", "input_op", "input_class", "in_norm_chain", "selected_by_where", *_DTYPE_FACTS}
 FACT_NAMES: dict[str, set[str]] = {
     "norm": {"norm", "op", "missing_note", "stat_dtype", "stat_square_overflow", "stat_floor", *_EPS_FACTS,
@@ -59,7 +60,9 @@ FACT_NAMES["traced_op"] = {"op", "input_op", "in_norm_chain", "selected_by_where
 FACT_NAMES["traced_first_nonfinite"] = {"op", "value", "samples", "nonfinite_fraction", "ref_nonfinite_fraction",
                                         "input_absmax", "chain", "chain_length", "reaches_output", "output",
                                         *_DTYPE_FACTS}
-FACT_NAMES["constant"] = {"op", "value", "value_rounded", "value_class", "source", "consumer", *_DTYPE_FACTS}
+# value_converted: the constant as a --converter leaves it (clamped), before rounding; converted_by: its words
+FACT_NAMES["constant"] = {"op", "value", "value_converted", "converted_by", "value_rounded", "value_class", "source",
+                          "consumer", "mask_fill", *_DTYPE_FACTS}
 # Facts of a site made by a rule's op pattern, besides the names the pattern binds.
 PATTERN_FACTS = {"op", "input_op", *_DTYPE_FACTS}
 
@@ -108,9 +111,12 @@ def find_constant_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
             if const is None or id(value) in seen or const.value == 0:
                 continue
             seen.add(id(value))
-            facts = {"op": node.op_type, "value": const.value, "value_rounded": round_to_format(const.value, dtype.fmt),
-                     "value_class": classify(const.value, dtype.fmt), "source": const.source, "consumer": node.name,
-                     **dtype_facts(dtype, resolver)}
+            converted = dtype.constant(const.value, const.source)
+            facts = {"op": node.op_type, "value": const.value, "value_converted": converted,
+                     "converted_by": dtype.clamp.by if converted != const.value else "",
+                     "value_rounded": round_to_format(converted, dtype.fmt),
+                     "value_class": classify(converted, dtype.fmt), "source": const.source, "consumer": node.name,
+                     "mask_fill": feeds_softmax(node), **dtype_facts(dtype, resolver)}
             sites.append(Site("constant", node, facts))
     return sites
 
@@ -127,14 +133,45 @@ def find_norm_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
     return sites
 
 
-def eps_facts(eps: float | None, dtype: ComputeDtype) -> dict[str, Any]:
-    """The eps as written and as rounded into the dtype it is used in."""
-    facts: dict[str, Any] = {"has_eps": eps is not None, "eps": eps, "eps_rounded": None, "eps_class": None}
-    if eps is not None:
-        facts["eps_rounded"] = round_to_format(eps, dtype.fmt)
+def eps_facts(eps: float | ScalarConst | None, dtype: ComputeDtype) -> dict[str, Any]:
+    """The eps as written, as a --converter leaves a constant one (clamped), and as rounded into its dtype."""
+    value = eps.value if isinstance(eps, ScalarConst) else eps
+    facts: dict[str, Any] = {"has_eps": value is not None, "eps": value, "eps_converted": None, "eps_rounded": None,
+                             "eps_class": None}
+    if value is not None:
+        if isinstance(eps, ScalarConst):  # an attribute eps is never converted
+            converted = dtype.constant(value, eps.source)
+            if converted != value:
+                facts["eps_converted"] = converted
+                facts["eps_source"] = f"{eps.source}; {dtype.clamp.words}: {value:.3g} → {converted:.3g}"
+                value = converted
+        facts["eps_rounded"] = round_to_format(value, dtype.fmt)
         # a NaN or a negative eps is wrong in every dtype: it gets its own class, not "overflow" or "zero"
-        facts["eps_class"] = "invalid" if math.isnan(eps) or eps < 0 else classify(eps, dtype.fmt)
+        facts["eps_class"] = "invalid" if math.isnan(value) or value < 0 else classify(value, dtype.fmt)
     return facts
+
+
+# Ops a mask fill passes through on its way into a softmax: Where(mask, x, fill), x + (1 - mask) * fill, ...
+_TO_SOFTMAX = {"Where", "Add", "Sub", "Mul", "Cast", "Expand", "Reshape", "Unsqueeze", "Squeeze", "Transpose",
+               "Identity", "Slice", "Concat"}
+
+
+def feeds_softmax(node: Node, depth: int = 6) -> bool:
+    """Whether the node's output reaches a Softmax through ops that only move or add a mask (a mask fill's use)."""
+    frontier, seen = [node], {id(node)}
+    for _ in range(depth):
+        step = []
+        for current in frontier:
+            if current.op_type not in _TO_SOFTMAX:
+                continue
+            for user in (u for out in current.outputs for u in out.consumers):
+                if user.op_type in ("Softmax", "LogSoftmax"):
+                    return True
+                if id(user) not in seen:
+                    seen.add(id(user))
+                    step.append(user)
+        frontier = step
+    return False
 
 
 def dtype_facts(dtype: ComputeDtype, resolver: DtypeResolver) -> dict[str, Any]:

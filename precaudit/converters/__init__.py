@@ -1,0 +1,186 @@
+"""What each fp16 converter does to a float32 ONNX graph, so an audit can judge the model it will really make.
+
+A converter model says, for one released version of one converter (each module cites the code it follows):
+
+- which ops it keeps in float32 by default (its default block list, and for modelopt the chains it fuses);
+- what it does to the float32 constants it converts (onnxconverter-common clamps them into [1e-7, 1e4]);
+- what becomes of a ``Cast(to=float32)`` outside the block list (no converter keeps an upcast: it is rewritten,
+  retyped or removed);
+- how its block-list arguments name nodes (``keep-list`` prints them ready to paste).
+
+``plain`` is no converter: every float32 tensor runs in the target dtype, constants are rounded as they are, and
+a Cast that widens an activation starts a float32 island (precaudit's behaviour before ``--converter``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..dtypes import Format
+from ..ir import Graph
+
+__all__ = ["Clamp", "Converter", "CONVERTER_NAMES", "converter_named", "PLAIN", "KeepArgs", "py_list"]
+
+
+@dataclass(frozen=True)
+class Clamp:
+    """A converter's clamp of the constants it converts: 0 < |v| < min_positive → ±min_positive (modelopt: always
+    +min_positive), |v| > max_finite (and finite) → ±max_finite; 0, ±inf and NaN stay."""
+
+    min_positive: float
+    max_finite: float
+    words: str  # "onnxconverter-common clamps the constants it converts into [1e-7, 1e4] (...)", for eps sources
+    by: str = ""  # who, as a message names it: "onnxconverter-common 1.16.0 (max_finite_val=1e4)"
+    forms: tuple[str, ...] = ("initializer", "Constant node")  # which stored constants it applies to
+    sign_kept: bool = True  # modelopt replaces a tiny negative by +smallest_subnormal
+
+    def apply(self, value: float) -> float:
+        magnitude = abs(value)
+        if 0 < magnitude < self.min_positive:
+            return self.min_positive if value > 0 or not self.sign_kept else -self.min_positive
+        if self.max_finite < magnitude < float("inf"):
+            return self.max_finite if value > 0 else -self.max_finite
+        return value
+
+    def applies_to(self, source: str) -> bool:
+        """Whether a constant stored as `source` (a const_origin: "initializer 'w'", "Constant node 'c'") is clamped."""
+        return source.startswith(self.forms)
+
+
+@dataclass(frozen=True)
+class Converter:
+    """One converter version's behaviour, as far as the dtypes and constants of the converted model go."""
+
+    name: str  # as --converter / --for spell it
+    title: str  # "onnxconverter-common 1.16.0"
+    targets: tuple[str, ...]  # the dtypes it converts float32 to
+    block_list_name: str  # "default op_block_list"
+    op_block_list: tuple[str, ...] = ()  # op types kept in float32 by default
+    clamps: dict[str, Clamp] = field(default_factory=dict)  # per target dtype
+    upcast: str = ""  # what it does to a Cast(to=float32) outside the block list; "" keeps it (plain)
+    # op types it keeps in float32 besides the list, worked out from the graph (modelopt: ops whose schema has no
+    # float16 at the model's opset); and chains it fuses into an op that computes in float32
+    extra_blocked: Callable[[Graph, str], dict[int, str]] | None = None
+    source: str = ""
+
+    @property
+    def plain(self) -> bool:
+        return self.name == "plain"
+
+    def applies(self, target: Format) -> bool:
+        return not self.plain and target.name in self.targets
+
+    def blocked(self, graph: Graph, target: Format) -> dict[int, str]:
+        """id(node) → why the converter keeps it in float32 by default, for a conversion to target."""
+        if not self.applies(target):
+            return {}
+        ops = set(self.op_block_list)
+        reason = f"kept in float32 by {self.title}'s {self.block_list_name} ({_shown_ops(self.op_block_list)})"
+        found = {id(n): reason for n in graph.nodes if n.op_type in ops}
+        if self.extra_blocked is not None:
+            for key, why in self.extra_blocked(graph, target.name).items():
+                found.setdefault(key, why)
+        return found
+
+    def clamp(self, target: Format) -> Clamp | None:
+        return self.clamps.get(target.name) if self.applies(target) else None
+
+
+_ML_OPS = {"ArrayFeatureExtractor", "Binarizer", "CastMap", "CategoryMapper", "DictVectorizer", "FeatureVectorizer",
+           "Imputer", "LabelEncoder", "LinearClassifier", "LinearRegressor", "Normalizer", "OneHotEncoder",
+           "SVMClassifier", "SVMRegressor", "Scaler", "TreeEnsembleClassifier", "TreeEnsembleRegressor",
+           "TreeEnsemble", "ZipMap"}
+
+
+def _shown_ops(ops: tuple[str, ...]) -> str:
+    """The list as a reason prints it: the ai.onnx ops by name, the ai.onnx.ml ones counted."""
+    onnx_ops = [op for op in ops if op not in _ML_OPS]
+    ml = len(ops) - len(onnx_ops)
+    return ", ".join(onnx_ops) + (f" and {ml} ai.onnx.ml ops" if ml else "")
+
+
+@dataclass
+class KeepArgs:
+    """What a keep-list snippet needs: the nodes and op types to keep, and how to load and save the model."""
+
+    model: str  # the path as given
+    dtype: str = "fp16"
+    nodes: list[str] = field(default_factory=list)  # node names as the file spells them (unnamed: as named first)
+    op_types: list[str] = field(default_factory=list)  # op types kept whole (the user's --keep-fp32 op types)
+    unnamed: bool = False  # some listed nodes have no name in the file: name them first
+    large: bool = False  # over 2 GB with its external data: protobuf cannot hold it in one piece
+    modules: list[str] = field(default_factory=list)  # PyTorch: module paths
+    fx_nodes: list[str] = field(default_factory=list)  # PyTorch: torch.export (FX) node names
+
+    @property
+    def out(self) -> str:
+        stem = self.model[:-5] if self.model.endswith(".onnx") else self.model
+        return f"{stem}.{self.dtype}.onnx"
+
+    def load(self) -> str:
+        if not self.large:
+            return f"model = onnx.load({self.model!r})"
+        inferred = self.out.replace(f".{self.dtype}.onnx", ".inferred.onnx")
+        return (f"onnx.shape_inference.infer_shapes_path({self.model!r}, {inferred!r})  # works above 2 GB\n"
+                f"model = onnx.load({inferred!r})  # with its external data")
+
+    def naming(self) -> list[str]:
+        """The loop that names unnamed nodes as precaudit names them (op type _ first output), if any is listed."""
+        if not self.unnamed:
+            return []
+        return ["# name the unnamed nodes as precaudit does (op type _ first output), so the lists can reach them",
+                "def name_nodes(graph):",
+                "    for node in graph.node:",
+                "        node.name = node.name or f\"{node.op_type}_{(list(node.output) or [''])[0]}\"",
+                "        for attr in node.attribute:",
+                "            for body in ([attr.g] if attr.HasField('g') else attr.graphs):",
+                "                name_nodes(body)",
+                "name_nodes(model.graph)"]
+
+    def save(self, path: str | None = None) -> str:
+        path = path or self.out
+        if not self.large:
+            return f"onnx.save(model, {path!r})"
+        return (f"onnx.save(model, {path!r}, save_as_external_data=True, "
+                f"location={path.rsplit('/', 1)[-1] + '.data'!r})")
+
+    def named_copy(self) -> tuple[list[str], str]:
+        """For a converter that reads the model from a path: Python writing a copy with every node named, and the
+        copy's path; nothing (and the model's own path) when every listed node has its name."""
+        if not self.unnamed:
+            return [], self.model
+        copy = self.out.replace(f".{self.dtype}.onnx", ".named.onnx")
+        return ["# first, a copy with the unnamed nodes named as precaudit names them", "import onnx", self.load(),
+                *self.naming(), self.save(copy), ""], copy
+
+
+def py_list(items: list[str]) -> str:
+    """A Python list literal, one string per item, the way repr quotes it (so any name pastes back exactly)."""
+    return "[" + ", ".join(repr(i) for i in items) + "]"
+
+
+PLAIN = Converter("plain", "no converter", ("fp16", "bf16", "fp8-e4m3", "fp8-e5m2"), "block list",
+                  source="every float32 tensor runs in the target dtype; a widening Cast starts a float32 island")
+
+
+def _registry() -> dict[str, Converter]:
+    from . import modelopt, onnxconverter_common, onnxruntime
+
+    return {c.name: c for c in (PLAIN, onnxconverter_common.CONVERTER, onnxruntime.CONVERTER, onnxruntime.OLIVE,
+                                modelopt.CONVERTER)}
+
+
+CONVERTER_NAMES = ("plain", "onnxconverter-common", "onnxruntime", "olive", "modelopt")
+
+
+def converter_named(name: str | Converter | None) -> Converter:
+    """The converter model for a --converter value; KeyError with the choices for an unknown one."""
+    if isinstance(name, Converter):
+        return name
+    if name is None:
+        return PLAIN
+    found = _registry().get(name)
+    if found is None:
+        raise KeyError(f"unknown converter {name!r}; choose one of {', '.join(CONVERTER_NAMES)}")
+    return found

@@ -1,0 +1,88 @@
+"""onnxruntime 1.32.0's transformers converter, and Olive 0.13.0's OnnxFloatToFloat16 pass, which calls it.
+
+Read from `onnxruntime/transformers/float16.py` and `onnx_model.py` of the onnxruntime 1.32.0 wheel:
+
+- ``DEFAULT_OP_BLOCK_LIST``: 28 ops — onnxconverter-common's without ``Resize``, with ``TreeEnsemble``; a list
+  given as ``op_block_list`` replaces it. ``ALWAYS_FLOAT_INPUTS`` keeps Resize's scales and GroupNorm's
+  gamma/beta float32 (``force_fp16_inputs`` overrides it).
+- ``convert_np_to_float16(min_positive_val=5.96e-08, max_finite_val=65504.0)``: converted constants are clamped
+  into the float16 range: 1e-12 becomes the smallest subnormal, -1e9 and finfo(float32).min become -65504.
+  An initializer is converted when a node outside the block lists reads it; a ``Constant``'s value when the
+  Constant is not blocked.
+- A ``Cast(to=float32)`` outside the block lists is rewritten to ``to=float16``.
+- ``OnnxModel.convert_float_to_float16`` defaults ``keep_io_types=True`` and runs symbolic shape inference.
+
+Olive 0.13.0 (`olive/passes/onnx/float16_conversion.py`) calls ``OnnxModel.convert_float_to_float16`` with its
+own defaults ``min_positive_val=1e-7``, ``max_finite_val=1e4``, ``keep_io_types=False``: onnxruntime's block
+list with onnxconverter-common's clamp.
+"""
+
+from __future__ import annotations
+
+from . import Clamp, Converter, KeepArgs, py_list
+
+__all__ = ["CONVERTER", "OLIVE", "DEFAULT_OP_BLOCK_LIST", "paste", "paste_olive"]
+
+DEFAULT_OP_BLOCK_LIST = (
+    "ArrayFeatureExtractor", "Binarizer", "CastMap", "CategoryMapper", "DictVectorizer", "FeatureVectorizer",
+    "Imputer", "LabelEncoder", "LinearClassifier", "LinearRegressor", "Normalizer", "OneHotEncoder",
+    "RandomUniformLike", "SVMClassifier", "SVMRegressor", "Scaler", "TreeEnsembleClassifier",
+    "TreeEnsembleRegressor", "TreeEnsemble", "ZipMap", "NonMaxSuppression", "TopK", "RoiAlign", "Range", "CumSum",
+    "Min", "Max", "Upsample",
+)
+
+_UPCAST = "rewrites it to Cast(to=float16)"
+
+CONVERTER = Converter(
+    name="onnxruntime", title="onnxruntime 1.32.0's float16 converter", targets=("fp16",),
+    block_list_name="default op_block_list", op_block_list=DEFAULT_OP_BLOCK_LIST,
+    clamps={"fp16": Clamp(5.96e-08, 65504.0, "onnxruntime's converter clamps the constants it converts into "
+                                             "[5.96e-08, 65504] (min_positive_val, max_finite_val)",
+                          by="onnxruntime 1.32.0's float16 converter (max_finite_val=65504)")},
+    upcast=_UPCAST, source="onnxruntime/transformers/float16.py, onnxruntime 1.32.0")
+
+OLIVE = Converter(
+    name="olive", title="Olive 0.13.0's OnnxFloatToFloat16 (onnxruntime 1.32.0's converter)", targets=("fp16",),
+    block_list_name="default op_block_list", op_block_list=DEFAULT_OP_BLOCK_LIST,
+    clamps={"fp16": Clamp(1e-7, 1e4, "Olive's OnnxFloatToFloat16 clamps the constants it converts into [1e-7, 1e4] "
+                                     "(its min_positive_val, max_finite_val defaults)",
+                        by="Olive 0.13.0's OnnxFloatToFloat16 (max_finite_val=1e4)")},
+    upcast=_UPCAST, source="olive/passes/onnx/float16_conversion.py, olive-ai 0.13.0")
+
+
+def paste(args: KeepArgs) -> str:
+    """Both entry points: float16.convert_float_to_float16 on the model, and OnnxModel's."""
+    ops = f"float16.DEFAULT_OP_BLOCK_LIST + {py_list(args.op_types)}" if args.op_types else None
+    kwargs = [f"    op_block_list={ops},  # a list of your own replaces the default"] if ops else []
+    kwargs.append(f"    node_block_list={py_list(args.nodes)},")
+    model = f"{args.model!r},  # a path: shape inference then works above 2 GB" if args.large and not args.unnamed \
+        else "model,"
+    lines = ["import onnx",
+             "from onnxruntime.transformers import float16",
+             ""]
+    if model == "model,":
+        lines += [args.load(), *args.naming()]
+    lines += ["model = float16.convert_float_to_float16(", f"    {model}", *kwargs,
+              *(["    disable_shape_infer=True,  # inferred above"] if args.large and args.unnamed else []),
+              ")", args.save(), "",
+              "# or, on an OnnxModel (its keep_io_types defaults to True):",
+              "# from onnxruntime.transformers.onnx_model import OnnxModel",
+              "# OnnxModel(model).convert_float_to_float16(" + ", ".join(
+                  k.strip().split("  #")[0].rstrip(",") for k in kwargs) + ")"]
+    return "\n".join(lines)
+
+
+def paste_olive(args: KeepArgs) -> str:
+    """The pass's JSON configuration (op_block_list left out: its default is onnxruntime's list)."""
+    import json
+
+    config: dict = {"type": "OnnxFloatToFloat16", "node_block_list": args.nodes}
+    if args.op_types:
+        config["op_block_list"] = [*DEFAULT_OP_BLOCK_LIST, *args.op_types]
+    if args.large:
+        config["save_as_external_data"] = True
+    text = json.dumps({"passes": {"fp16": config}}, indent=2)
+    if args.unnamed:
+        text += ("\n// some listed nodes have no name: name them first (keep-list --format json holds the loop), or "
+                 "Olive's node lists cannot reach them")
+    return text
