@@ -7,7 +7,10 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-__all__ = ["Value", "Node", "Graph", "implicit_inputs", "body_nodes"]
+__all__ = ["Value", "Node", "Graph", "implicit_inputs", "body_nodes", "CONST_CACHE_BYTES"]
+
+# Constants up to this size are cached by Value.const(); larger ones (weights) are read again when asked.
+CONST_CACHE_BYTES = 1 << 20
 
 
 @dataclass(eq=False)
@@ -36,12 +39,21 @@ class Value:
         return self.const_loader is not None
 
     def const(self) -> np.ndarray | None:
-        """The constant's data, loaded once; None if the value is not a constant."""
+        """The constant's data; None if the value is not a constant.
+
+        Small constants (eps, axes, shapes: at most CONST_CACHE_BYTES) are loaded once and kept. Larger ones, the
+        weights, are read afresh at each call and kept by no one but the caller: an audit that reads every weight
+        (traced mode, --check-weights) then holds one at a time, not the model. External weights are memory-mapped
+        (frontends/onnx_data.py), so reading one again costs a mapping, not a copy.
+        """
         if self.const_loader is None:
             return None
-        if self._const_cache is None:
-            self._const_cache = self.const_loader()
-        return self._const_cache
+        if self._const_cache is not None:
+            return self._const_cache
+        data = self.const_loader()
+        if data is not None and np.asarray(data).nbytes <= CONST_CACHE_BYTES:
+            self._const_cache = data
+        return data
 
 
 @dataclass(eq=False)

@@ -4,13 +4,20 @@ A model from a pull request may declare dims whose product wraps a 64-bit count,
 `offset` of -4 or "abc", a data file that is a link to /dev/zero, or bytes that disagree with the dims. Sizes are
 computed with Python integers (no wrap-around), every external read is exactly dims × itemsize bytes from a regular
 file inside the model's folder, and any mismatch is one InputError naming the model and the tensor.
+
+External tensors of MAP_BYTES or more are memory-mapped, read-only, not copied: the array's pages are the file's, read
+from disk when touched and given back when the array is dropped, so a traced run of a 13 GB model holds only the
+weights it is using. A mapping covers exactly the tensor's bytes (from the page boundary below its offset), checked
+against the file's size on the descriptor it maps, so it never extends past the end of the file.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import mmap
 import os
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -21,7 +28,7 @@ from onnx import numpy_helper
 from ..errors import InputError
 from ..files import note_read, open_regular
 
-__all__ = ["element_count", "tensor_loader", "text"]
+__all__ = ["element_count", "tensor_loader", "text", "MAP_BYTES"]
 
 _T = onnx.TensorProto
 # Types stored several to a byte: bits per element.
@@ -108,24 +115,62 @@ def _inside(model_dir: Path, location: str) -> Path | None:
     return None if os.path.isabs(location) or model_dir not in target.parents else target
 
 
+# External tensors at least this large are memory-mapped; smaller ones are read (a mapping per eps or bias would
+# cost a system call and an address-space entry each, and Linux allows a process about 65,000 of them).
+MAP_BYTES = 1 << 20
+
+
 def _external(tensor: onnx.TensorProto, path: str, model_dir: Path, what: str) -> np.ndarray:
     target, offset, expected = _external_entry(tensor, path, model_dir, what)
     location = target.name
+    dtype = _mappable(tensor)
     with open_regular(target, f"{path}: {what}: external data file {location!r}") as fh:
         size = os.fstat(fh.fileno()).st_size
         if offset + expected > size:
             raise InputError(path, f"{what}: external data file {location!r} holds {size} bytes, fewer than "
                                    f"offset {offset} + {expected} bytes")
+        if dtype is not None and expected >= MAP_BYTES:
+            array = _mapped(fh, offset, expected, dtype, tensor.dims)
+            if os.fstat(fh.fileno()).st_size < offset + expected:  # it shrank meanwhile: never touch the pages
+                raise InputError(path, f"{what}: external data file {location!r} is truncated")
+            return array
         fh.seek(offset)
         raw = fh.read(expected)
     if len(raw) != expected:  # the file shrank while being read
         raise InputError(path, f"{what}: external data file {location!r} is truncated")
+    if dtype is not None:  # what numpy_helper.to_array makes of raw bytes, without copying them into a TensorProto
+        return np.frombuffer(raw, dtype=dtype).reshape(tuple(tensor.dims))
     inline = onnx.TensorProto()
     inline.CopyFrom(tensor)
     del inline.external_data[:]
     inline.data_location = _T.DEFAULT
     inline.raw_data = raw
     return _to_array(inline, path, what)
+
+
+def _mappable(tensor: onnx.TensorProto) -> np.dtype | None:
+    """The numpy dtype whose bytes are the tensor's stored bytes, one element each; None for packed types (int4,
+    fp4, fp6), strings, unknown types, or a big-endian host (ONNX stores little-endian)."""
+    if sys.byteorder != "little" or tensor.data_type in _PACKED_BITS or tensor.data_type in (_T.STRING, _T.UNDEFINED):
+        return None
+    if tensor.data_type in (getattr(_T, "FLOAT6E2M3", -1), getattr(_T, "FLOAT6E3M2", -1)):
+        return None
+    try:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
+    except Exception:
+        return None
+    return None if dtype.kind in "OSUa" else dtype
+
+
+def _mapped(fh, offset: int, expected: int, dtype: np.dtype, dims) -> np.ndarray:
+    """A read-only array over exactly `expected` bytes at `offset` of the open file (checked to hold them)."""
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY  # a mapping starts on a page boundary
+    # the mapping ends at offset + expected, which the caller checked against the size of this descriptor's file
+    view = mmap.mmap(fh.fileno(), offset + expected - start, offset=start, access=mmap.ACCESS_READ)
+    if hasattr(view, "madvise") and hasattr(mmap, "MADV_SEQUENTIAL"):
+        view.madvise(mmap.MADV_SEQUENTIAL)  # read ahead: weights are read front to back
+    array = np.frombuffer(view, dtype=dtype, count=expected // dtype.itemsize, offset=offset - start)
+    return array.reshape(tuple(int(d) for d in dims))
 
 
 def _non_negative(info: dict[str, str], key: str, path: str, what: str) -> int:
