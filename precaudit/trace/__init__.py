@@ -60,7 +60,7 @@ def traced_sites(graph: Graph, resolver: DtypeResolver, options: TraceOptions) -
                 else synthesize_inputs(graph, options.dims, options.seed + i)
             if i == 0:
                 run.shapes = {name: list(np.shape(array)) for name, array in feeds.items()}
-            emulator.run(feeds, update)
+            emulator.run(feeds, update, final=i == samples - 1)  # the last sample keeps no weights
     finally:
         close()
     sites = [*value_sites(graph, resolver, emulator.stats, samples), *norm_sites(probes, samples),

@@ -23,7 +23,14 @@ from .kernels import KERNELS, MS_KERNELS, KernelContext
 from .ort_engine import OrtSegments, onnxruntime_available
 from .stats import ValueStats
 
-__all__ = ["Emulator", "round_into", "round_fp16", "Hook"]
+__all__ = ["Emulator", "round_into", "round_fp16", "Hook", "HOLD_BYTES", "SMALL_CONST_BYTES"]
+
+# Weights a run keeps from one sample to the next (rounded copies, onnxruntime segments with their weights): the
+# first ones met, up to this many bytes; the rest are read again, from the file, in every sample. The last sample
+# keeps nothing past its last reader, so a one-batch run holds one segment's weights at a time.
+HOLD_BYTES = 1 << 30
+# Constants this small (eps, axes, shapes, biases) are kept for the whole run whatever the budget.
+SMALL_CONST_BYTES = 1 << 20
 
 _FLOAT_DTYPES = {"fp16", "bf16", "fp32", "fp64", "fp8-e4m3", "fp8-e5m2"}
 
@@ -153,6 +160,7 @@ class _Step:
     emu_ctx: KernelContext
     rounds: list[Format | None]  # the format each output is rounded into; None where it already holds it
     frees: list[int] = field(default_factory=list)
+    frees_consts: list[Value] = field(default_factory=list)  # large constants this step is the last to read
     hooks: list[Hook] = field(default_factory=list)
     implicit: list[Value] = field(default_factory=list)  # outer values an If/Loop/Scan body reads by name
     # the value whose numbers this node only rearranges (a Reshape, a Transpose): its output's counts are
@@ -179,7 +187,13 @@ class Emulator:
         self._fallback = ReferenceFallback(graph)
         self._ref_ctx = KernelContext(REFERENCE)
         self._emu_ctx = KernelContext(np.float32)
+        # constants as the runs read them, (emulated, reference): small ones for the whole run, large ones until
+        # their last reader in a sample, or across samples within the hold budget
         self._consts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._held_consts: set[int] = set()  # kept across samples
+        self._small_consts: set[int] = set()
+        self.held_bytes = 0  # of weights kept across samples: these constants and onnxruntime's kept segments
+        self.final = False  # the sample running is the last: keep nothing for a next one
         self._held_cache: dict[int, Format | None] = {}
         self._input_fmt = {id(v): self._held(v) for v in graph.inputs}
         self._steps = self._plan()
@@ -192,8 +206,14 @@ class Emulator:
         self._ort: OrtSegments | None = None  # made at the first run, once the probes have hooked on
         self.ran_on = {"onnxruntime": 0, "numpy": 0}  # nodes per engine in the last sample
 
-    def run(self, feeds: dict[str, np.ndarray], progress: Callable[[int, int], None] | None = None) -> None:
-        """One sample through the graph; measurements accumulate in self.stats and the hooks."""
+    def run(self, feeds: dict[str, np.ndarray], progress: Callable[[int, int], None] | None = None,
+            final: bool = False) -> None:
+        """One sample through the graph; measurements accumulate in self.stats and the hooks.
+
+        final: no sample follows, so weights are dropped after their last reader even where the hold budget
+        would keep them (a one-batch run then holds one segment's weights at a time).
+        """
+        self.final = final
         emu: dict[int, np.ndarray] = {}
         ref: dict[int, np.ndarray] = {}
         for value in self.graph.inputs:
@@ -223,6 +243,25 @@ class Emulator:
                 if progress is not None:
                     progress(i, total)
         self._samples = {}
+        if final:
+            self.release()
+
+    def release(self) -> None:
+        """Drop every weight kept for later samples: rounded constants and onnxruntime's kept segments."""
+        for vid in self._held_consts:
+            if vid not in self._small_consts:
+                self._consts.pop(vid, None)
+        self._held_consts = set(self._small_consts)
+        if self._ort is not None:
+            self._ort.release()
+        self.held_bytes = 0
+
+    def may_hold(self, nbytes: int) -> bool:
+        """Whether weights of nbytes may be kept for the next sample (and count them if so)."""
+        if self.final or self.held_bytes + nbytes > HOLD_BYTES:
+            return False
+        self.held_bytes += nbytes
+        return True
 
     def _run_step(self, step: _Step, emu: dict, ref: dict) -> None:
         emu_args = [self._arg(v, emu, 0) for v in step.inputs]
@@ -268,11 +307,13 @@ class Emulator:
         for hook in step.hooks:
             hook(ref_args, emu_args, ref_outs, emu_outs)
 
-    @staticmethod
-    def _free(step: _Step, emu: dict, ref: dict) -> None:
+    def _free(self, step: _Step, emu: dict, ref: dict) -> None:
         for vid in step.frees:
             emu.pop(vid, None)
             ref.pop(vid, None)
+        for value in step.frees_consts:  # a weight no later step reads, unless kept for the next sample
+            if id(value) not in self._held_consts or self.final and id(value) not in self._small_consts:
+                self._consts.pop(id(value), None)
 
     def _call(self, step: _Step, args: list, ctx: KernelContext) -> list:
         if step.kernel is not None:
@@ -310,15 +351,34 @@ class Emulator:
         if value.is_const:
             pair = self._consts.get(id(value))
             if pair is None:
-                data = np.asarray(value.const())
-                pair = self._consts[id(value)] = (round_into(as_float(data, np.float32), self._held(value)),
-                                                  as_reference(data))
+                pair = self._consts[id(value)] = self._const_pair(value)
+                nbytes = sum({id(a): a.nbytes for a in pair}.values())
+                if nbytes <= SMALL_CONST_BYTES:
+                    self._small_consts.add(id(value))
+                    self._held_consts.add(id(value))
+                elif self.may_hold(nbytes):
+                    self._held_consts.add(id(value))
             return pair[which]
         try:
             return env[id(value)]
         except KeyError:
             raise InputError(self.graph.path, f"traced mode: value '{value.name}' is read before any node "
                                               f"makes it") from None
+
+    def _const_pair(self, value: Value) -> tuple[np.ndarray, np.ndarray]:
+        """A constant as the emulated run holds it (rounded into its format) and as the reference does; one array
+        for both where rounding changes nothing (an fp16 weight held in fp16)."""
+        data = np.asarray(value.const())
+        reference = as_reference(data)
+        if self.stored_as_held(value, data):
+            return reference, reference
+        return round_into(as_float(data, np.float32), self._held(value)), reference
+
+    def stored_as_held(self, value: Value, data: np.ndarray) -> bool:
+        """Whether a constant's stored numbers are already those of the format it is held in (an fp16 weight held
+        in fp16): its emulated copy is then its float32 reference, number for number."""
+        fmt = self._held(value)
+        return fmt is not None and data.dtype == fmt.np_dtype and fmt.name not in ("fp64",)
 
     def _plan(self) -> list[_Step]:
         """Kernels, output formats and last uses, worked out once for every sample."""
@@ -329,10 +389,13 @@ class Emulator:
         kept = {id(v) for v in self.graph.outputs}
         # the last step that reads each value, inside a control-flow body included
         self.last_read = last = {}
+        last_const: dict[int, tuple[int, Value]] = {}
         for i, node in enumerate(nodes):
             for v in [*node.inputs, *implicit.get(id(node), [])]:
                 if v is not None and not v.is_const:
                     last[id(v)] = i
+                elif v is not None:
+                    last_const[id(v)] = (i, v)
         steps = []
         for i, node in enumerate(nodes):
             kernel = (KERNELS.get(node.op_type) if node.domain in ("", "ai.onnx")
@@ -349,6 +412,8 @@ class Emulator:
             # an output nobody reads is measured, then dropped at once
             frees += [vid for vid, _ in outputs if vid not in last and vid not in kept]
             step.frees = list(dict.fromkeys(frees))
+            step.frees_consts = list({id(v): v for v in reads if v is not None and v.is_const
+                                      and last_const[id(v)][0] == i}.values())
             data = node.inputs[0] if node.inputs else None
             if (node.op_type in _REARRANGES and node.domain in ("", "ai.onnx") and len(outputs) == 1
                     and step.rounds == [None] and data is not None and not data.is_const):

@@ -11,6 +11,17 @@ them all at once; segments are sized from the bytes the previous ones returned, 
 budget whatever the model. Nodes onnxruntime cannot emulate faithfully (fp8, statistics rounded inside a
 fused norm, unknown domains), and nodes onnxruntime refuses, run on the numpy kernels instead.
 
+Weights (constants over _EMBED_BYTES) are not in the session: they are its inputs, read from the model (memory-mapped
+external data) when the segment runs and dropped when it is done, unless the hold budget keeps them for the next
+sample (Emulator.may_hold). onnxruntime reads inputs where they are, while it copies initializers (even ones handed
+over in memory) and prepacks MatMul weights into yet another copy. So a segment holds each of its weights once, in
+float32: a float32 weight as the file's mapped pages, a float16 one widened from them by a one-Cast session into an
+array precaudit frees (in the segment's session the Cast would leave its float32 copies in onnxruntime's arena for
+the rest of the run). The emulation reads that same array where the weight is stored in the format it is held in (an
+fp16 weight in an fp16 run); elsewhere a Cast pair rounds it in the session, just before its reader. Segments are
+also sized by the weights they read (_WEIGHT_BUDGET), so a one-batch run of a 7B-parameter model holds about half a
+layer's weights at a time, never the model's. A weight several segments read (tied embeddings) is read again by each.
+
 If/Loop/Scan bodies go into the session too, rewritten the same way for the emulated copy (every name they
 define gets the emu:: prefix, every float output inside is rounded); the outer values a body reads by name
 are fed to the session like any other input.
@@ -43,6 +54,7 @@ _DOMAINS = {"": "", "ai.onnx": "", "com.microsoft": "com.microsoft"}
 _DEFAULT_OPSET = {"": 17, "com.microsoft": 1}
 _EMBED_BYTES = 64 * 2 ** 10
 _BUDGET = 256 * 2 ** 20  # bytes a segment may return, reference and emulation together
+_WEIGHT_BUDGET = 512 * 2 ** 20  # bytes of weights a segment may read, as its runs hold them (float32, and rounded)
 _FIRST_SEGMENT = 32  # nodes, before any size is known
 _MIN_SEGMENT, _MAX_SEGMENT = 16, 2048
 
@@ -64,7 +76,8 @@ class _Segment:
     emu_feeds: list[tuple[str, int]]  # the same from the emulated env
     fetch: list[tuple[str, int, bool]]  # (output name, value id, emulated?)
     run_options: object = None  # quiet: a failed run falls back to numpy, which says what went wrong in one line
-    keep: list = field(default_factory=list)  # arrays the session reads without copying
+    weights: list[tuple[str, Value]] = field(default_factory=list)  # (input name, constant) fed at each run
+    held: dict[str, np.ndarray] | None = None  # the weights, kept for the next sample; None: read at each run
 
 
 class OrtSegments:
@@ -78,7 +91,7 @@ class OrtSegments:
         steps = emulator._steps
         self.refusals: dict[int, str] = {}  # node id -> why onnxruntime does not run it (said if numpy cannot either)
         self.eligible = [self._eligible(s) for s in steps]
-        self._segments: dict[int, _Segment | None] = {}
+        self._segments: dict[int, _Segment | None] = {}  # by first step; None where numpy runs that step
         self._bytes_per_step = 1.0  # returned by the last segment run, reference and emulation together
         self._last_size = 0  # nodes in the last segment built
         self._shared = self._shared_values()
@@ -87,6 +100,7 @@ class OrtSegments:
         # may come from a Transpose, whose own numbers are not measured)
         self._measured = self._measured_values()
         self._opsets = self._opset_imports()
+        self._widener = None  # a one-Cast session, made when the first float16 weight is fed
 
     # ---- running -------------------------------------------------------------------------------------------
 
@@ -101,11 +115,13 @@ class OrtSegments:
                 self._last_size = segment.end - segment.start
         if segment is None:
             return None
+        weights = segment.held if segment.held is not None else self._weights(segment)
         try:
             # (np.asarray: a numpy kernel may have given a numpy scalar, which onnxruntime does not take)
             outs = segment.session.run([name for name, _, _ in segment.fetch],
                                        {**{n: np.asarray(ref.get(vid, emu.get(vid))) for n, vid in segment.ref_feeds},
-                                        **{n: np.asarray(emu[vid]) for n, vid in segment.emu_feeds}}, segment.run_options)
+                                        **{n: np.asarray(emu[vid]) for n, vid in segment.emu_feeds}, **weights},
+                                       segment.run_options)
         except Exception as exc:
             # onnxruntime refused these inputs; numpy runs the segment now and from now on (a real input error
             # is then reported by the numpy kernels, in one line)
@@ -114,14 +130,52 @@ class OrtSegments:
                 self.eligible[k] = False
                 self.refusals.setdefault(id(self.em._steps[k].node), f"onnxruntime: {_first_line(exc)}")
             return None
+        if self.em.final:  # no sample follows: the session and its weights go now, not at the end of the run
+            del self._segments[i]
+        elif segment.held is None and weights and self.em.may_hold(_nbytes(weights)):
+            segment.held = weights
+        del weights
+        start, end, fetch = segment.start, segment.end, segment.fetch
+        del segment
         returned = 0
-        for (_, vid, emulated), array in zip(segment.fetch, outs):
+        for (_, vid, emulated), array in zip(fetch, outs):
             (emu if emulated else ref)[vid] = array
             returned += array.nbytes
-        self._bytes_per_step = max(1.0, returned / (segment.end - segment.start))
-        for k in range(segment.start, segment.end):
+        del outs  # each value now lives in the environment only, until its last reader frees it
+        self._bytes_per_step = max(1.0, returned / (end - start))
+        for k in range(start, end):
             self._measure_step(self.em._steps[k], emu, ref)
-        return segment.end
+        return end
+
+    def release(self) -> None:
+        """Drop every session and the weights kept with them (after the last sample)."""
+        self._segments = {i: None for i, segment in self._segments.items() if segment is None}
+
+    def _weights(self, segment: _Segment) -> dict[str, np.ndarray]:
+        """The segment's weights as its session reads them, read from the model now, one at a time: in the
+        reference's dtype (float32 for narrow floats), anything else as it is. External data is memory-mapped, so a
+        float32 weight is handed over as the file's pages, and a float16 one is widened straight from them."""
+        feeds = {}
+        for name, value in segment.weights:
+            data = np.asarray(value.const())
+            feeds[name] = self._widen(data) if data.dtype == np.float16 else _contiguous(as_reference(data))
+            del data  # (its mapping goes with it)
+        return feeds
+
+    def _widen(self, data: np.ndarray) -> np.ndarray:
+        """float16 → float32 (exact) by onnxruntime's Cast, into an array precaudit owns: 5x numpy's astype, and the
+        float32 copy is freed with the segment, not kept in onnxruntime's arena for the rest of the run."""
+        if self._widener is None:
+            self._widener = _widener()
+        out = np.empty(data.shape, np.float32)
+        if self._widener is False or data.size == 0:
+            np.copyto(out, data)
+            return out
+        binding = self._widener.io_binding()
+        binding.bind_cpu_input("x", _contiguous(data))
+        binding.bind_output("y", "cpu", 0, np.float32, list(out.shape), out.ctypes.data)
+        self._widener.run_with_iobinding(binding)
+        return out
 
     def _measure_step(self, step: "_Step", emu: dict, ref: dict) -> None:
         em = self.em
@@ -209,10 +263,26 @@ class OrtSegments:
         size = _FIRST_SEGMENT
         if self._last_size:
             size = int(min(_MAX_SEGMENT, max(_MIN_SEGMENT, min(2 * self._last_size, _BUDGET // self._bytes_per_step))))
-        end = i
+        end, weights, seen = i, 0, set()
         while end < steps and end - i < size and self.eligible[end]:
+            step = self.em._steps[end]
+            for v in [*step.inputs, *step.implicit]:
+                if v is not None and v.is_const and id(v) not in seen:
+                    seen.add(id(v))
+                    weights += self._weight_bytes(v)
+            if weights > _WEIGHT_BUDGET and end > i:  # this step's weights start the next segment
+                break
             end += 1
         return end
+
+    def _weight_bytes(self, v: Value) -> int:
+        """What a constant costs a segment that feeds it, judged from its size and dtype (nothing is read)."""
+        size = v.const_size
+        if size is None or size * 4 <= _EMBED_BYTES:
+            return 0
+        fmt = self.em._held(v)
+        rounded = fmt is not None and fmt.name not in _HELD_AS_IS and v.dtype != fmt.name
+        return size * (8 if v.dtype == "fp64" else 4) * (2 if rounded else 1)
 
     def _build(self, i: int, emu: dict, ref: dict) -> _Segment | None:
         end = self._segment_end(i)
@@ -240,7 +310,10 @@ class OrtSegments:
         inputs: dict[str, onnx.ValueInfoProto] = {}
         ref_feeds: list[tuple[str, int]] = []
         emu_feeds: list[tuple[str, int]] = []
-        consts: dict[str, np.ndarray] = {}
+        consts: dict[str, np.ndarray] = {}  # small constants, embedded in the session
+        weights: list[tuple[str, Value]] = []  # large ones, fed when it runs
+        weight_names: set[str] = set()
+        as_held: set[int] = set()  # weights stored in the format they are held in: their rounding changes nothing
         rounded_consts: set[int] = set()
 
         def feed(v: Value, emulated: bool) -> str:
@@ -254,12 +327,24 @@ class OrtSegments:
             return name
 
         def const(v: Value, emulated: bool) -> str:
-            if v.name not in consts:
-                consts[v.name] = _reference_array(v.const())
-            if not emulated or self._const_is_shared(v):
+            if v.name not in consts and v.name not in weight_names:
+                data = np.asarray(v.const())  # (external data is mapped, not read: only its dtype and shape are used)
+                ref_dtype = as_reference(np.empty(0, data.dtype)).dtype
+                if data.size * ref_dtype.itemsize <= _EMBED_BYTES:
+                    consts[v.name] = _reference_array(data)
+                else:  # a weight: an input, read when the segment runs
+                    weight_names.add(v.name)
+                    inputs[v.name] = helper.make_tensor_value_info(
+                        v.name, helper.np_dtype_to_tensor_dtype(ref_dtype), data.shape)
+                    weights.append((v.name, v))
+                    if em.stored_as_held(v, data):
+                        as_held.add(id(v))
+                del data
+            if not emulated or self._const_is_shared(v) or id(v) in as_held:
                 return v.name
             name = self._name(v, True)
-            if id(v) not in rounded_consts:  # onnxruntime folds the rounding once, when the session is made
+            # rounded by a Cast pair: folded once where the constant is in the session, at each run for a weight
+            if id(v) not in rounded_consts:
                 rounded_consts.add(id(v))
                 nodes.extend(_round_trip(v.name, name, _ROUND_TO[em._held(v).name]))
             return name
@@ -304,18 +389,8 @@ class OrtSegments:
                         fetch.append((o.name, vid, False))
                     if vid not in self._shared:
                         fetch.append((self._name(o, True), vid, True))
-        initializers, external, values = [], [], []
-        for name, array in consts.items():
-            if array.nbytes <= _EMBED_BYTES:  # shape inference reads small constants (axes, shapes) from the model
-                initializers.append(numpy_helper.from_array(array, name))
-                continue
-            tensor = TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(array.dtype),
-                                 dims=array.shape, data_location=TensorProto.EXTERNAL)
-            entry = tensor.external_data.add()
-            entry.key, entry.value = "location", "precaudit-in-memory"
-            initializers.append(tensor)
-            external.append(name)
-            values.append(ort.OrtValue.ortvalue_from_numpy(array))
+        # shape inference reads small constants (axes, shapes) from the model
+        initializers = [numpy_helper.from_array(array, name) for name, array in consts.items()]
         graph = helper.make_graph(nodes, "precaudit_segment", list(inputs.values()),
                                   [onnx.ValueInfoProto(name=name) for name, _, _ in fetch], initializers)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in self._opsets.items()])
@@ -325,14 +400,16 @@ class OrtSegments:
         # one arena for every session: memory peaks at the largest segment, not at the sum of them all
         _shared_arena(ort)
         options.add_session_config_entry("session.use_env_allocators", "1")
+        # nodes in the order given (the Cast pair that rounds a weight just before its reader), not the default
+        # order, which runs every node whose inputs are ready first: all of a segment's rounded weights alive at once
+        if hasattr(ort, "ExecutionOrder"):
+            options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
         # a session's threads spin after its run; the next segment's session would have to run beside them
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        if external:  # weights are handed over in memory, not copied into the model
-            options.add_external_initializers(external, values)
         session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         run_options = ort.RunOptions()
         run_options.log_severity_level = 4
-        return _Segment(start, end, session, ref_feeds, emu_feeds, fetch, run_options, keep=[consts, values])
+        return _Segment(start, end, session, ref_feeds, emu_feeds, fetch, run_options, weights)
 
     # ---- control-flow bodies ------------------------------------------------------------------------------
 
@@ -433,6 +510,25 @@ class OrtSegments:
         return opsets
 
 
+def _widener():
+    """A session that casts float16 to float32 without an arena (its outputs are precaudit's arrays); False where
+    onnxruntime will not build it (numpy widens then)."""
+    import onnxruntime as ort
+
+    graph = helper.make_graph([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)], "precaudit_widen",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT16, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.enable_cpu_mem_arena = False
+    try:
+        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception:
+        return False
+
+
 _ARENA: list = []
 
 
@@ -455,6 +551,15 @@ def _get(v: Value | None, env: dict, em: "Emulator", which: int):
     if v.is_const:
         return em._arg(v, env, which)
     return env.get(id(v))
+
+
+def _nbytes(arrays: dict[str, np.ndarray]) -> int:
+    return sum({id(a): a.nbytes for a in arrays.values()}.values())
+
+
+def _contiguous(array: np.ndarray) -> np.ndarray:
+    # np.ascontiguousarray would turn a 0-d array into a 1-d one
+    return array if array.flags.c_contiguous else array.copy(order="C")
 
 
 def _round_trip(source: str, target: str, narrow: int) -> list[onnx.NodeProto]:
