@@ -319,6 +319,57 @@ def match(
     return EXIT_CLEAN
 
 
+@app.command("keep-list")
+def keep_list(
+    model: str = typer.Argument(..., metavar="MODEL", help="An ONNX file, or a PyTorch model (model.py:factory, ...)."),
+    target_for: Optional[str] = typer.Option(None, "--for", metavar="CONVERTER",
+                                             help="onnxconverter-common, onnxruntime, olive, modelopt (ONNX models); "
+                                                  "pytorch, torch-tensorrt (PyTorch models)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="Target dtype (default from config, else fp16)."),
+    keep_fp32: List[str] = typer.Option([], "--keep-fp32", metavar="OP_OR_NODE,...",
+                                        help="Your own block list, kept and printed with the list."),
+    rules: List[str] = typer.Option([], "--rules", metavar="PATH", help="Extra YAML rule file or folder."),
+    trace: bool = typer.Option(False, "--trace", help="Verify the list by emulating the model (and grow it)."),
+    inputs: List[str] = typer.Option([], "--inputs", metavar="FILE.npz", help="Traced: one batch per file."),
+    samples: int = typer.Option(1, "--samples", min=1, help="Traced: how many synthesized batches."),
+    dim: List[str] = typer.Option([], "--dim", metavar="NAME=SIZE", help="Traced: size of a symbolic dim."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Traced: seed for synthesized inputs."),
+    trace_engine: str = typer.Option("auto", "--trace-engine", metavar="auto|onnxruntime|numpy"),
+    tolerance: float = typer.Option(0.01, "--tolerance", metavar="REL",
+                                    help="Traced: the largest output error allowed, relative to the output's largest "
+                                         "|value| (default 0.01)."),
+    max_runs: int = typer.Option(30, "--max-runs", min=1, help="Traced: emulation runs at most."),
+    output_format: ListFormat = typer.Option(ListFormat.text, "--format", "-f", help="text or json."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the list to this file."),
+    input_shape: List[str] = typer.Option([], "--input-shape", metavar="D0,D1,..."),
+    input_dtype: str = typer.Option("fp32", "--input-dtype"),
+    trust_pickle: bool = typer.Option(False, "--trust-pickle"),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+) -> int:
+    """The nodes to keep in float32, as your converter's arguments; verified by emulation with --trace."""
+    from .files import check_output
+    from .keeplist.command import keep_list_report
+    from .options import TRACE_ENGINES, TorchOptions, TraceOptions
+
+    if output is not None:
+        check_output(output)
+    if trace_engine not in TRACE_ENGINES:
+        raise typer.BadParameter(f"choose one of {', '.join(TRACE_ENGINES)}", param_hint="'--trace-engine'")
+    trace_options = TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine,
+                                 progress=output is None and _color_ok(False)) if trace else None
+    _note_named_inputs([model], _settings_for_notes(), inputs)
+    text = keep_list_report(model, {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules)}, target_for,
+                            TorchOptions(_shapes(input_shape), input_dtype, trust_pickle), trace_options, tolerance,
+                            max_runs, output_format.value)
+    _write(text, output)
+    return EXIT_CLEAN
+
+
+def _settings_for_notes() -> Settings:
+    from .config import load_settings
+    return load_settings({})
+
+
 def _rule_named(rule: str, extra: list[str]) -> Rule:
     """The rule with this id (PA101) or name (eps-underflow); one line and exit 2 if there is none."""
     from .errors import InputError

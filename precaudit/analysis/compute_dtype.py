@@ -155,6 +155,11 @@ class DtypeResolver:
             return ComputeDtype(fmt, f"model stored in {fmt.long_name}")
         if self.target.name == "fp32":
             return ComputeDtype(self.target, "model stored in float32, --dtype fp32")
+        if value.parent is not None:  # made inside an If/Loop/Scan body: a kept control-flow node keeps it all
+            keeper, reason = self._kept(value.parent)
+            if keeper is not None:
+                return ComputeDtype(FORMATS["fp32"], f"made inside '{value.parent.name}' ({value.parent.op_type}), "
+                                                     f"{reason}")
         if island is not None and island.to == "fp32":
             # a Cast that widens an activation marks an intended float32 island (HF RMSNorm, T5 LayerNorm)
             return ComputeDtype(FORMATS["fp32"], f"after Cast to float32 at node '{island.cast}'")

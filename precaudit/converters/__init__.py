@@ -63,6 +63,8 @@ class Converter:
     # float16 at the model's opset); and chains it fuses into an op that computes in float32
     extra_blocked: Callable[[Graph, str], dict[int, str]] | None = None
     source: str = ""
+    # why blocking an If/Loop/Scan (or a node in its bodies) gives an invalid model, where it does
+    control_flow: str = ""
 
     @property
     def plain(self) -> bool:

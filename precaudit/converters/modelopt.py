@@ -161,8 +161,13 @@ CONVERTER = Converter(
 
 
 def node_regex(name: str) -> str:
-    """A regex that re.match accepts for exactly this name: re.match anchors at the start only."""
-    return f"^{re.escape(name)}$"
+    """A regex that re.match accepts for exactly this name: re.match anchors at the start only. Characters that
+    cannot print (a control character in a name) are written as regex escapes, which match them."""
+    from ..escape import ESCAPED
+
+    escaped = "".join((f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}") if ord(c) in ESCAPED else c
+                      for c in re.escape(name))
+    return f"^{escaped}$"
 
 
 def paste(args: KeepArgs) -> str:

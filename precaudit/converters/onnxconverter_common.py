@@ -28,6 +28,9 @@ DEFAULT_OP_BLOCK_LIST = (
     "Max", "Upsample",
 )
 
+_CONTROL_FLOW = ("blocking an If/Loop/Scan or a node in its bodies writes a model onnxruntime refuses: the values a body "
+                  "reads from outside are not cast (checked with {who} on tests/test_keep_list.py's If model)")
+
 CONVERTER = Converter(
     name="onnxconverter-common", title="onnxconverter-common 1.16.0", targets=("fp16",),
     block_list_name="default op_block_list", op_block_list=DEFAULT_OP_BLOCK_LIST,
@@ -36,7 +39,8 @@ CONVERTER = Converter(
                            by="onnxconverter-common 1.16.0 (max_finite_val=1e4)")},
     upcast="keeps its to=float32 but retypes its output to float16 (the converted model fails to load unless "
            "the Cast is in node_block_list)",
-    source="onnxconverter_common/float16.py, 1.16.0 (= microsoft/onnxconverter-common @28b00d4)")
+    source="onnxconverter_common/float16.py, 1.16.0 (= microsoft/onnxconverter-common @28b00d4)",
+    control_flow=_CONTROL_FLOW.format(who="onnxconverter-common 1.16.0"))
 
 
 def paste(args: KeepArgs) -> str:

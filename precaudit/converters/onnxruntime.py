@@ -32,6 +32,8 @@ DEFAULT_OP_BLOCK_LIST = (
 )
 
 _UPCAST = "rewrites it to Cast(to=float16)"
+_CONTROL_FLOW = ("blocking an If/Loop/Scan or a node in its bodies writes a model onnxruntime refuses: the values a body "
+                  "reads from outside are not cast (checked with {who} on tests/test_keep_list.py's If model)")
 
 CONVERTER = Converter(
     name="onnxruntime", title="onnxruntime 1.32.0's float16 converter", targets=("fp16",),
@@ -39,7 +41,8 @@ CONVERTER = Converter(
     clamps={"fp16": Clamp(5.96e-08, 65504.0, "onnxruntime's converter clamps the constants it converts into "
                                              "[5.96e-08, 65504] (min_positive_val, max_finite_val)",
                           by="onnxruntime 1.32.0's float16 converter (max_finite_val=65504)")},
-    upcast=_UPCAST, source="onnxruntime/transformers/float16.py, onnxruntime 1.32.0")
+    upcast=_UPCAST, source="onnxruntime/transformers/float16.py, onnxruntime 1.32.0",
+    control_flow=_CONTROL_FLOW.format(who="onnxruntime 1.32.0's OnnxModel.convert_float_to_float16"))
 
 OLIVE = Converter(
     name="olive", title="Olive 0.13.0's OnnxFloatToFloat16 (onnxruntime 1.32.0's converter)", targets=("fp16",),
@@ -47,28 +50,37 @@ OLIVE = Converter(
     clamps={"fp16": Clamp(1e-7, 1e4, "Olive's OnnxFloatToFloat16 clamps the constants it converts into [1e-7, 1e4] "
                                      "(its min_positive_val, max_finite_val defaults)",
                         by="Olive 0.13.0's OnnxFloatToFloat16 (max_finite_val=1e4)")},
-    upcast=_UPCAST, source="olive/passes/onnx/float16_conversion.py, olive-ai 0.13.0")
+    upcast=_UPCAST, source="olive/passes/onnx/float16_conversion.py, olive-ai 0.13.0",
+    control_flow=_CONTROL_FLOW.format(who="onnxruntime 1.32.0's OnnxModel.convert_float_to_float16, which Olive calls"))
 
 
 def paste(args: KeepArgs) -> str:
-    """Both entry points: float16.convert_float_to_float16 on the model, and OnnxModel's."""
-    ops = f"float16.DEFAULT_OP_BLOCK_LIST + {py_list(args.op_types)}" if args.op_types else None
-    kwargs = [f"    op_block_list={ops},  # a list of your own replaces the default"] if ops else []
+    """OnnxModel.convert_float_to_float16: the entry point that keeps a value passed between two kept nodes in
+    float32. float16.convert_float_to_float16 alone casts every kept node's output to float16 and back to float32
+    before the next kept node (Cast pairs only OnnxModel's remove_cascaded_cast_nodes removes): the value is
+    rounded to float16 after all, and an overflow the list was to prevent comes back (checked with onnxruntime
+    1.32.0 on the FFN-overflow model of tests/test_keep_list.py: NaN output through float16.py, finite through
+    OnnxModel)."""
+    kwargs = []
+    if args.op_types:
+        kwargs.append(f"    op_block_list=float16.DEFAULT_OP_BLOCK_LIST + {py_list(args.op_types)},  # yours "
+                      "replaces the default")
     kwargs.append(f"    node_block_list={py_list(args.nodes)},")
-    model = f"{args.model!r},  # a path: shape inference then works above 2 GB" if args.large and not args.unnamed \
-        else "model,"
     lines = ["import onnx",
-             "from onnxruntime.transformers import float16",
-             ""]
-    if model == "model,":
-        lines += [args.load(), *args.naming()]
-    lines += ["model = float16.convert_float_to_float16(", f"    {model}", *kwargs,
-              *(["    disable_shape_infer=True,  # inferred above"] if args.large and args.unnamed else []),
-              ")", args.save(), "",
-              "# or, on an OnnxModel (its keep_io_types defaults to True):",
-              "# from onnxruntime.transformers.onnx_model import OnnxModel",
-              "# OnnxModel(model).convert_float_to_float16(" + ", ".join(
-                  k.strip().split("  #")[0].rstrip(",") for k in kwargs) + ")"]
+             *(["from onnxruntime.transformers import float16"] if args.op_types else []),
+             "from onnxruntime.transformers.onnx_model import OnnxModel",
+             "",
+             f"model = onnx.load({args.model!r}){'  # with its external data' if args.large else ''}",
+             *args.naming(),
+             "onnx_model = OnnxModel(model)",
+             "onnx_model.convert_float_to_float16(",
+             "    keep_io_types=False,  # OnnxModel's default (True) keeps float32 graph inputs and outputs",
+             *kwargs,
+             ")",
+             f"onnx_model.save_model_to_file({args.out!r}"
+             f"{', use_external_data_format=True' if args.large else ''})",
+             "# not float16.convert_float_to_float16(model, ...) alone: it rounds what passes between two kept",
+             "# nodes to float16 and back (OnnxModel removes those Cast pairs: remove_cascaded_cast_nodes)"]
     return "\n".join(lines)
 
 

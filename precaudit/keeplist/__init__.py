@@ -1,0 +1,187 @@
+"""`precaudit keep-list`: the nodes to keep in float32 for a converter, from the findings and, with --trace,
+verified by emulation (issue 12).
+
+Static: every error or warning finding names a node; its entry is that node's whole norm chain (from the
+statistic's input to the division), or the node. A second audit with the list kept says which findings a
+float32 node fixes at all (an eps outside the sqrt, a Log of a Softmax are wrong in every dtype): the others are
+reported, not listed. Traced: `verify.verify` emulates the model with the list, adds what the trouble comes from
+until the outputs are finite and within the tolerance, then drops what is not needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..analysis.collect import collect_sites
+from ..analysis.compute_dtype import DtypeResolver
+from ..analysis.sites import find_weight_sites
+from ..converters import PLAIN, Converter, converter_named
+from ..dtypes import Format
+from ..errors import InputError
+from ..finding import Finding
+from ..ir import Graph, Node
+from ..options import TorchOptions, TraceOptions
+from ..rules.engine import apply_rules
+from ..rules.loader import Rule
+from .chains import NormChains
+from .verify import Verification, verify
+
+__all__ = ["FOR_TARGETS", "Entry", "KeepList", "build_keep_list"]
+
+# What --for accepts: the ONNX converters (each with its converter model) and the PyTorch ways to keep modules.
+FOR_TARGETS = ("onnxconverter-common", "onnxruntime", "olive", "modelopt", "pytorch", "torch-tensorrt")
+_PYTORCH_TARGETS = ("pytorch", "torch-tensorrt")
+_TWO_GB = 2 ** 31 - 1  # protobuf's limit on one serialized message
+_ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8, "fp8-e4m3": 1, "fp8-e5m2": 1}
+
+
+@dataclass
+class Entry:
+    """A group of nodes kept for one reason: the findings at a norm chain, or what a traced run showed."""
+
+    source: str  # "static" or "traced"
+    reasons: list[str]
+    nodes: list[Node]
+    dropped: bool = False  # traced: the list verified without it
+    findings: list[Finding] = field(default_factory=list)  # static: the findings behind it
+
+
+@dataclass
+class KeepList:
+    model: str
+    graph: Graph
+    target: Format
+    target_for: str
+    converter: Converter
+    keep_fp32: list[str]  # the user's own block list (op types, names, globs)
+    entries: list[Entry] = field(default_factory=list)
+    not_fixed: list[Finding] = field(default_factory=list)  # findings that no float32 node fixes
+    verification: Verification | None = None
+    tolerance: float | None = None
+    inputs: str = ""  # what the verification ran on
+
+    @property
+    def nodes(self) -> list[Node]:
+        """Every kept node, in graph order."""
+        ids = {id(n) for e in self.entries if not e.dropped for n in e.nodes}
+        return [n for n in self.graph.nodes if id(n) in ids]
+
+    @property
+    def pytorch(self) -> bool:
+        return self.target_for in _PYTORCH_TARGETS
+
+    def op_type_counts(self) -> dict[str, int]:
+        """Per op type of a kept node, how many nodes of the graph blocking that whole op type keeps."""
+        types = {n.op_type for n in self.nodes}
+        counts: dict[str, int] = {}
+        for node in self.graph.nodes:
+            if node.op_type in types:
+                counts[node.op_type] = counts.get(node.op_type, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+    @property
+    def large(self) -> bool:
+        """Over 2 GB with its weights: the converters must take it by path or with external data."""
+        seen, total = set(), 0
+        for node in self.graph.nodes:
+            for v in node.inputs:
+                if v is not None and v.is_const and v.producer is None and id(v) not in seen:
+                    seen.add(id(v))
+                    total += (v.const_size or 0) * _ITEMSIZE.get(v.dtype or "", 4)
+        return total > _TWO_GB
+
+
+def converter_for(target_for: str) -> Converter:
+    """The converter model a --for target is verified with (PyTorch targets: model.to(dtype), no converter)."""
+    if target_for not in FOR_TARGETS:
+        raise InputError(None, f"--for {target_for!r}: choose one of {', '.join(FOR_TARGETS)}")
+    return PLAIN if target_for in _PYTORCH_TARGETS else converter_named(target_for)
+
+
+def build_keep_list(path: str, target: Format, target_for: str, keep_fp32: list[str], rules: list[Rule],
+                    torch_options: TorchOptions | None = None, trace: TraceOptions | None = None,
+                    tolerance: float = 1e-2, max_runs: int = 30,
+                    progress: Callable[[str], None] | None = None) -> KeepList:
+    """The keep-list of one model: static from its findings, verified by emulation when trace is given."""
+    from ..audit import load_graph
+    from ..frontends.torch_input import is_torch_input
+
+    converter = converter_for(target_for)
+    torch_model = not path.lower().endswith(".onnx") and is_torch_input(path)
+    if torch_model != (target_for in _PYTORCH_TARGETS):
+        kind = "a PyTorch model" if torch_model else "an ONNX model"
+        choices = _PYTORCH_TARGETS if torch_model else FOR_TARGETS[:4]
+        raise InputError(path, f"--for {target_for} does not apply to {kind}; choose {' or '.join(choices)}")
+    if torch_model and trace is not None:
+        # the emulator runs ONNX: a PyTorch model is verified on its export, whose nodes carry the module paths
+        from ..frontends.torch_input import load_torch_for_trace
+        graph = load_torch_for_trace(path, torch_options or TorchOptions(), target.name)
+    else:
+        graph = load_graph(path, torch_options, target.name)
+    result = KeepList(path, graph, target, target_for, converter, list(keep_fp32))
+    resolver = DtypeResolver(graph, target, keep_fp32, converter)
+    chains = NormChains(graph, resolver)
+    weights = trace is not None
+    findings = [f for f in _findings(graph, resolver, rules, path, weights) if f.severity in ("error", "warning")]
+    result.entries = _static_entries(graph, findings, chains)
+    _drop_unfixable(result, rules, weights)
+    if trace is not None:
+        batches = _batches(graph, trace)
+        result.inputs = (f"inputs from {', '.join(trace.inputs)}" if trace.inputs else
+                         f"{len(batches)} synthesized sample{'s' * (len(batches) != 1)} (seed {trace.seed})")
+        static = [n for e in result.entries for n in e.nodes]
+        check = verify(graph, target, converter, keep_fp32, static, chains, batches, trace.engine, tolerance,
+                       max_runs, progress)
+        result.entries += [Entry("traced", [a.reason], a.nodes, a.dropped) for a in check.added]
+        result.verification, result.tolerance = check, tolerance
+    return result
+
+
+def _findings(graph: Graph, resolver: DtypeResolver, rules: list[Rule], path: str, weights: bool) -> list[Finding]:
+    patterns = {rule.id: rule.pattern for rule in rules if rule.pattern is not None}
+    sites = collect_sites(graph, resolver, patterns)
+    if weights:
+        sites += find_weight_sites(graph, resolver)
+    return apply_rules(rules, sites, path)
+
+
+def _static_entries(graph: Graph, findings: list[Finding], chains: NormChains) -> list[Entry]:
+    """One entry per chain (or node) that findings point at, with every finding there as a reason."""
+    by_name = {n.name: n for n in graph.nodes}
+    entries: dict[int, Entry] = {}
+    for finding in findings:
+        node = by_name.get(finding.node_name)
+        if node is None:
+            continue
+        nodes = chains.of(node) or [node]
+        entry = entries.setdefault(id(nodes[0]), Entry("static", [], nodes))
+        entry.findings.append(finding)
+        entry.reasons.append(f"{finding.rule_id} {finding.rule_name} at '{finding.node_name}'")
+    return list(entries.values())
+
+
+def _drop_unfixable(result: KeepList, rules: list[Rule], weights: bool) -> None:
+    """Audit again with the list kept: a finding still there is no float32 node's to fix; an entry whose findings
+    all stay is no entry."""
+    kept = [n for e in result.entries for n in e.nodes]
+    resolver = DtypeResolver(result.graph, result.target, result.keep_fp32, result.converter, keep_nodes=kept)
+    stay = {(f.rule_id, f.node_name): f for f in _findings(result.graph, resolver, rules, result.model, weights)}
+    entries = []
+    for entry in result.entries:
+        fixed = [(f, r) for f, r in zip(entry.findings, entry.reasons) if (f.rule_id, f.node_name) not in stay]
+        result.not_fixed += [f for f in entry.findings if (f.rule_id, f.node_name) in stay]
+        if fixed:
+            entry.findings, entry.reasons = [f for f, _ in fixed], [r for _, r in fixed]
+            entries.append(entry)
+    result.entries = entries
+
+
+def _batches(graph: Graph, trace: TraceOptions) -> list[dict[str, np.ndarray]]:
+    from ..trace.inputs import load_inputs, synthesize_inputs
+
+    if trace.inputs:
+        return [load_inputs(graph, p, trace.dims) for p in trace.inputs]
+    return [synthesize_inputs(graph, trace.dims, trace.seed + i) for i in range(max(1, trace.samples))]

@@ -1,0 +1,174 @@
+"""A keep-list as people read it (text, with the arguments ready to paste) and as scripts read it (JSON)."""
+
+from __future__ import annotations
+
+import json
+import re
+from fnmatch import fnmatchcase
+from typing import Any
+
+from ..converters import KeepArgs
+from ..converters import modelopt, onnxconverter_common, onnxruntime, pytorch
+from ..escape import printable
+from ..ir import Node
+from . import KeepList
+
+__all__ = ["render_text", "render_json", "raw_name", "is_unnamed", "keep_args"]
+
+SCHEMA_VERSION = 1
+
+
+def raw_name(node: Node) -> str:
+    """The node's name as the file spells it (a body node's IR name carries its If/Loop path first)."""
+    path = node.subgraph_path
+    return node.name[len(path):] if path and node.name.startswith(path) else node.name
+
+
+def is_unnamed(node: Node) -> bool:
+    """Whether the file gives the node no name: precaudit then calls it op type _ first output (the ONNX frontend's
+    rule), and so do the lists, after the naming loop they come with. A node really named so is listed the same."""
+    first = node.outputs[0].name if node.outputs else ""
+    return raw_name(node) == f"{node.op_type}_{first}"
+
+
+def _top(node: Node) -> Node:
+    while node.parent is not None:
+        node = node.parent
+    return node
+
+
+def keep_args(keep: KeepList) -> KeepArgs:
+    """The nodes and op types a converter's arguments name: the list, plus the user's own --keep-fp32 entries."""
+    graph_ops = {n.op_type for n in keep.graph.nodes}
+    op_types = [e for e in keep.keep_fp32 if e in graph_ops]
+    patterns = [e for e in keep.keep_fp32 if e not in graph_ops]
+    ids = {id(n) for n in keep.nodes}
+    nodes = [n for n in keep.graph.nodes
+             if id(n) in ids or any(fnmatchcase(n.name, p) or (n.scope and fnmatchcase(n.scope, p)) for p in patterns)]
+    if keep.target_for == "modelopt":  # AutoCast classifies top-level nodes only: a body goes with its If/Loop
+        nodes = list({id(t): t for t in map(_top, nodes)}.values())
+    return KeepArgs(model=keep.model, dtype=keep.target.name, nodes=[raw_name(n) for n in nodes], op_types=op_types,
+                    unnamed=any(is_unnamed(n) for n in nodes), large=keep.large,
+                    modules=sorted({n.scope or "" for n in nodes}), fx_nodes=[n.name for n in nodes])
+
+
+def snippet(keep: KeepList, args: KeepArgs) -> str:
+    target = keep.target_for
+    if target == "onnxconverter-common":
+        return onnxconverter_common.paste(args)
+    if target == "onnxruntime":
+        return onnxruntime.paste(args)
+    if target == "olive":
+        return onnxruntime.paste_olive(args)
+    if target == "modelopt":
+        return modelopt.paste(args)
+    if target == "torch-tensorrt":
+        return pytorch.paste_torch_tensorrt(args)
+    return pytorch.paste_hf(args) + "\n\n" + pytorch.paste_autocast(args)
+
+
+def arguments(keep: KeepList, args: KeepArgs) -> dict[str, Any]:
+    """The converter's arguments as data."""
+    target = keep.target_for
+    if target == "onnxconverter-common":
+        return {"op_block_list": [*onnxconverter_common.DEFAULT_OP_BLOCK_LIST, *args.op_types],
+                "node_block_list": args.nodes}
+    if target in ("onnxruntime", "olive"):
+        ops = [*onnxruntime.DEFAULT_OP_BLOCK_LIST, *args.op_types] if args.op_types else None
+        return {"op_block_list": ops, "node_block_list": args.nodes}
+    if target == "modelopt":
+        return {"nodes_to_exclude": [modelopt.node_regex(n) for n in args.nodes],
+                "op_types_to_exclude": args.op_types, "data_max": "inf"}
+    if target == "torch-tensorrt":
+        return {"nodes_to_exclude": sorted({f"^{re.escape(pytorch.fx_name(n))}$" for n in args.fx_nodes})}
+    return {"modules": args.modules,
+            "_keep_in_fp32_modules": [f"^{re.escape(m)}\\." if m else ".*" for m in args.modules]}
+
+
+def _verification(keep: KeepList) -> dict[str, Any] | None:
+    check = keep.verification
+    if check is None or check.final is None:
+        return None
+    final = check.final
+    return {"verified": final.ok(keep.tolerance or 0.0), "outputs_finite": final.finite, "output_error": final.error,
+            "tolerance": keep.tolerance, "emulation_runs": check.runs, "inputs": keep.inputs,
+            "stopped": check.stopped or None}
+
+
+def render_json(keep: KeepList) -> str:
+    args = keep_args(keep)
+    nodes = keep.nodes
+    data = {
+        "schema_version": SCHEMA_VERSION,
+        "model": keep.model,
+        "dtype": keep.target.name,
+        "for": keep.target_for,
+        "converter": keep.converter.title,
+        "nodes": [{"name": raw_name(n), "op": n.op_type, "unnamed": is_unnamed(n), "scope": n.scope,
+                   "inside": n.subgraph_path.rstrip("/") or None} for n in nodes],
+        "count": len(nodes),
+        "count_blocking_op_types": sum(keep.op_type_counts().values()),
+        "op_type_counts": keep.op_type_counts(),
+        "entries": [{"source": e.source, "reasons": e.reasons, "nodes": [raw_name(n) for n in e.nodes],
+                     "dropped": e.dropped} for e in keep.entries],
+        "not_fixed": [{"rule_id": f.rule_id, "rule_name": f.rule_name, "node": f.node_name, "message": f.message}
+                      for f in keep.not_fixed],
+        "verification": _verification(keep),
+        "arguments": arguments(keep, args),
+        "unnamed_nodes": args.unnamed,
+        "control_flow_problem": keep.converter.control_flow if _control_flow(keep) else None,
+        "external_data_over_2gb": args.large,
+        "snippet": snippet(keep, args),
+    }
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def render_text(keep: KeepList) -> str:
+    args = keep_args(keep)
+    nodes = keep.nodes
+    lines = [f"{printable(keep.model)}  (--dtype {keep.target.name}, --for {keep.target_for}: {keep.converter.title})"]
+    counts = keep.op_type_counts()
+    blocking = sum(counts.values())
+    shown = ", ".join(f"{op} {n}" for op, n in counts.items())
+    lines.append(f"  keeps {len(nodes)} node{'s' * (len(nodes) != 1)} in float32"
+                 + (f"; blocking their op types instead keeps {blocking} ({shown})" if nodes else ""))
+    verdict = _verification(keep)
+    if verdict is not None:
+        state = "verified" if verdict["verified"] else "NOT verified"
+        finite = "outputs finite" if verdict["outputs_finite"] else "an output is inf/NaN"
+        lines.append(f"  {state} on {verdict['inputs']}: {finite}, output error {verdict['output_error']:.3g} "
+                     f"(--tolerance {verdict['tolerance']:g}), {verdict['emulation_runs']} emulation runs")
+        if verdict["stopped"]:
+            lines.append(f"  {verdict['stopped']}")
+    else:
+        lines.append("  static: the nodes behind error and warning findings (--trace verifies the list by emulation)")
+    for entry in keep.entries:
+        mark = "dropped " if entry.dropped else ""
+        names = _names(entry.nodes)
+        lines.append(f"  {mark}{entry.source:<7} {printable('; '.join(entry.reasons))}: {names}")
+    for finding in keep.not_fixed:
+        lines.append(f"  not fixed by float32: {finding.rule_id} {finding.rule_name} at "
+                     f"'{printable(finding.node_name)}' (precaudit explain {finding.rule_id})")
+    if _control_flow(keep):
+        lines.append(f"  warning: {keep.converter.control_flow}; modelopt AutoCast keeps a blocked If/Loop whole")
+    if args.unnamed:
+        lines.append("  some listed nodes have no name in the file: they are listed as op type _ first output, "
+                     "and the code below names them so first")
+    if args.large:
+        lines.append("  the model is over 2 GB with its weights: the code below keeps them in external data")
+    # names reach the code as Python/JSON literals or regexes, which escape what cannot print; a name in a shell
+    # line could still hold a control character: printed escaped, line by line
+    lines += ["", *map(printable, snippet(keep, args).split("\n"))]
+    return "\n".join(lines) + "\n"
+
+
+def _control_flow(keep: KeepList) -> bool:
+    """Whether the list holds a control-flow node or a node of its bodies that the converter cannot block."""
+    return bool(keep.converter.control_flow) and any(n.bodies or n.subgraph_path for n in keep.nodes)
+
+
+def _names(nodes: list[Node], limit: int = 6) -> str:
+    names = [f"'{printable(raw_name(n))}'" for n in nodes]
+    if len(names) > limit:
+        names = [*names[:3], f"… ({len(names) - 5} more)", *names[-2:]]
+    return f"{len(nodes)} node{'s' * (len(nodes) != 1)} " + ", ".join(names)

@@ -1,0 +1,146 @@
+"""Verify a keep-list by emulation: run the model with the list kept in float32, add the chain the trouble comes
+from until every output is finite and within the tolerance, then try to drop each added entry again."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..analysis.compute_dtype import DtypeResolver
+from ..converters import Converter
+from ..dtypes import Format
+from ..ir import Graph, Node
+from ..options import TraceOptions
+from .chains import NormChains, error_entry, overflow_closure, producers
+
+__all__ = ["Run", "Verification", "emulate", "verify"]
+
+
+@dataclass
+class Run:
+    """One emulation of the model with a set of nodes kept in float32, over every batch."""
+
+    kept: int  # nodes kept
+    finite: bool  # every output finite wherever the float32 reference is
+    error: float  # the largest output error relative to that output's largest |value|
+    first_nonfinite: Node | None = None  # where the first inf/NaN that reaches an output starts
+    entry: Node | None = None  # where the worst output's error enters
+    rel_error: dict[int, float] = field(default_factory=dict, repr=False)
+    too_large: set[int] = field(default_factory=set, repr=False)  # values whose reference |x| passes the target
+
+    def ok(self, tolerance: float) -> bool:
+        return self.finite and self.error <= tolerance
+
+
+def emulate(graph: Graph, target: Format, converter: Converter, keep_fp32: list[str], kept: list[Node],
+            batches: list[dict[str, np.ndarray]], engine: str) -> Run:
+    """One run: the reference and the emulated target dtype, with `kept` (and keep_fp32) in float32."""
+    from ..trace import Emulator  # the numpy emulation loads only when a list is verified
+    from ..trace.sites import first_nonfinite_site
+
+    resolver = DtypeResolver(graph, target, keep_fp32, converter, keep_nodes=kept)
+    emulator = Emulator(graph, resolver, engine=engine)
+    for feeds in batches:
+        emulator.run(feeds)
+    stats = emulator.stats
+    finite, error = True, 0.0
+    for value in graph.outputs:
+        s = stats.get(id(value))
+        if s is None:
+            continue
+        if s.nonfinite > s.ref_nonfinite:
+            finite = False
+        error = max(error, s.rel_error if math.isfinite(s.rel_error) else math.inf)
+    origin = first_nonfinite_site(graph, resolver, stats, len(batches)) if not finite else []
+    rel = {vid: s.rel_error for vid, s in stats.items() if not s.nonfinite}
+    too_large = {vid for vid, s in stats.items() if s.absmax >= target.overflow_threshold}
+    return Run(len(kept), finite, error, origin[0].node if origin else None, rel_error=rel, too_large=too_large)
+
+
+@dataclass
+class Added:
+    """An entry the loop added: why, and its nodes."""
+
+    reason: str
+    nodes: list[Node]
+    dropped: bool = False
+
+
+@dataclass
+class Verification:
+    runs: int = 0
+    final: Run | None = None
+    added: list[Added] = field(default_factory=list)
+    stopped: str = ""  # why the loop gave up, when it did
+
+
+def verify(graph: Graph, target: Format, converter: Converter, keep_fp32: list[str], static: list[Node],
+           chains: NormChains, batches: list[dict[str, np.ndarray]], engine: str, tolerance: float,
+           max_runs: int, progress: Callable[[str], None] | None = None) -> Verification:
+    """The loop of issue 12: add what the first inf/NaN (else the largest error) comes from, then prune."""
+    out = Verification()
+
+    def run(nodes: list[Node]) -> Run:
+        out.runs += 1
+        if progress is not None:
+            progress(f"emulation run {out.runs}: {len(nodes)} nodes kept")
+        return emulate(graph, target, converter, keep_fp32, nodes, batches, engine)
+
+    kept = _unique(static)
+    current = run(kept)
+    while not current.ok(tolerance):
+        if out.runs >= max_runs:
+            out.stopped = f"stopped after {max_runs} emulation runs (--max-runs)"
+            break
+        entry = _next_entry(current, kept, chains, tolerance)
+        if entry is None:
+            out.stopped = "nothing left to keep: the remaining error is not the narrow dtype's"
+            break
+        out.added.append(entry)
+        kept = _unique([*kept, *entry.nodes])
+        current = run(kept)
+    if current.ok(tolerance):
+        for entry in list(out.added):
+            if out.runs >= max_runs:
+                break
+            without = _unique([*static, *(n for e in out.added if e is not entry and not e.dropped for n in e.nodes)])
+            trial = run(without)
+            if trial.ok(tolerance):
+                entry.dropped, kept, current = True, without, trial
+    out.final = current
+    return out
+
+
+def _next_entry(current: Run, kept: list[Node], chains: NormChains, tolerance: float) -> Added | None:
+    """The chain to add: the first inf/NaN's overflow closure or norm chain, else where the largest error enters;
+    widened to the producers of what is already kept when that is all kept."""
+    held = {id(n) for n in kept}
+    if not current.finite and current.first_nonfinite is not None:
+        origin = current.first_nonfinite
+        nodes = chains.of(origin) or overflow_closure(origin, current.too_large)
+        why = f"the first inf/NaN starts at '{origin.name}' ({origin.op_type})"
+    else:
+        origin = error_entry(chains.graph, current.rel_error, tolerance)
+        if origin is None:
+            return None
+        nodes = chains.of(origin) or [origin]
+        why = f"the output error ({current.error:.3g}) enters at '{origin.name}' ({origin.op_type})"
+    fresh = [n for n in nodes if id(n) not in held]
+    depth = 0
+    while not fresh and depth < 4:  # all kept already: its inputs come in narrow; keep what makes them
+        depth += 1
+        nodes = _unique([p for n in nodes for p in producers(n)] + nodes)
+        fresh = [n for n in nodes if id(n) not in held]
+    if not fresh:
+        return None
+    return Added(why, fresh)
+
+
+def _unique(nodes) -> list[Node]:
+    seen: dict[int, Node] = {}
+    for node in nodes:
+        seen.setdefault(id(node), node)
+    return list(seen.values())
