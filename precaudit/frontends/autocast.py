@@ -398,7 +398,7 @@ class _Replay:
             policy = "lower_precision_fp"
         else:
             aslow = self._run_as(node, args, kwargs, self.low)
-            if aslow == torch.float32:
+            if aslow is not None and aslow != self.low:  # float32 (or complex64) from low-precision inputs
                 schema = getattr(node.target, "_schema", None)
                 has_dtype = schema is not None and any(a.name == "dtype" for a in schema.arguments)
                 policy = "fp32_set_opt_dtype" if has_dtype else "fp32"
