@@ -1,0 +1,260 @@
+"""precaudit keep-list: static lists from findings, lists verified by emulation, and each converter's arguments."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+
+from fixtures.keep_list_models import ffn_overflow_transformer
+from fixtures.onnx_builders import decomposed_layernorm, fused_norm, save
+from precaudit.cli import main
+
+FFN = ["/layers.1/ffn/wo/MatMul", "/layers.1/ffn/Add", "/layers.1.ffn_norm/LayerNormalization"]
+
+
+def keep_json(tmp_path: Path, *args: str) -> tuple[int, dict]:
+    out = tmp_path / "keep.json"
+    code = main(["keep-list", *map(str, args), "--format", "json", "-o", str(out)])
+    return code, json.loads(out.read_text()) if out.exists() else {}
+
+
+def keep_text(tmp_path: Path, *args: str) -> str:
+    out = tmp_path / "keep.txt"
+    assert main(["keep-list", *map(str, args), "-o", str(out)]) == 0
+    return out.read_text()
+
+
+@pytest.fixture(scope="module")
+def ffn_model(tmp_path_factory) -> Path:
+    return ffn_overflow_transformer(tmp_path_factory.mktemp("ffn") / "ffn.onnx")
+
+
+def test_a_t5_style_ffn_overflow_gets_a_verified_list_smaller_than_blocking_matmul(ffn_model, tmp_path):
+    code, keep = keep_json(tmp_path, ffn_model, "--for", "onnxconverter-common", "--trace")
+    assert code == 0
+    assert [n["name"] for n in keep["nodes"]] == FFN
+    verdict = keep["verification"]
+    assert verdict["verified"] and verdict["outputs_finite"] and verdict["output_error"] < 0.01
+    # run 1: the static list (empty) overflows at wo; run 2: with wo's overflow closure, clean; run 3: without it,
+    # inf again, so it stays
+    assert verdict["emulation_runs"] == 3
+    matmuls = sum(1 for n in onnx.load(str(ffn_model)).graph.node if n.op_type == "MatMul")
+    assert keep["count"] == 3 < matmuls == keep["op_type_counts"]["MatMul"] == 25
+    assert keep["count_blocking_op_types"] == 25 + 6 + 6  # MatMul, Add, LayerNormalization
+    [entry] = keep["entries"]
+    assert entry["source"] == "traced" and "first inf/NaN starts at '/layers.1/ffn/wo/MatMul'" in entry["reasons"][0]
+
+
+def test_blocking_every_matmul_does_not_fix_it(ffn_model):
+    """A kept MatMul's output is cast back to float16 for the Add that reads it: the overflow comes back there."""
+    from precaudit.converters import converter_named
+    from precaudit.dtypes import format_named
+    from precaudit.frontends.onnx import load_onnx
+    from precaudit.keeplist.verify import emulate
+    from precaudit.trace.inputs import synthesize_inputs
+
+    graph = load_onnx(str(ffn_model))
+    batches = [synthesize_inputs(graph, {}, 0)]
+    fp16, occ = format_named("fp16"), converter_named("onnxconverter-common")
+    matmuls = [n for n in graph.nodes if n.op_type == "MatMul"]
+    assert not emulate(graph, fp16, occ, [], [], batches, "auto").finite
+    assert not emulate(graph, fp16, occ, [], matmuls, batches, "auto").finite
+    listed = [n for n in graph.nodes if n.name in FFN]
+    assert emulate(graph, fp16, occ, [], listed, batches, "auto").ok(0.01)
+
+
+def test_a_clean_model_needs_no_list(tmp_path):
+    path = ffn_overflow_transformer(tmp_path / "clean.onnx", hot=None)
+    code, keep = keep_json(tmp_path, path, "--for", "onnxruntime", "--trace")
+    assert code == 0 and keep["nodes"] == [] and keep["verification"]["verified"]
+    assert keep["verification"]["emulation_runs"] == 1
+
+
+def test_static_lists_a_norms_whole_chain_and_what_float32_cannot_fix(tmp_path):
+    m, _ = decomposed_layernorm(1e-12, dtype="fp32", opset=14)
+    path = save(m, tmp_path / "ln.onnx")
+    code, keep = keep_json(tmp_path, path, "--for", "onnxconverter-common")
+    assert code == 0 and keep["verification"] is None
+    assert [n["name"] for n in keep["nodes"]] == ["mean", "sub", "pow", "var", "add_eps", "sqrt", "div"]
+    assert keep["entries"][0]["reasons"] == ["PA102 eps-subnormal at 'add_eps'", "PA208 statistic-overflow at 'add_eps'"]
+    # MeanVarianceNormalization: its fixed eps 1e-9 sits outside the sqrt (PA104, wrong in every dtype) and is 0.0
+    # in float16 (PA101, which keeping the node in float32 fixes)
+    mvn = save(fused_norm("MeanVarianceNormalization", "fp32"), tmp_path / "mvn.onnx")
+    _, keep = keep_json(tmp_path, mvn, "--for", "onnxruntime")
+    assert [e["reasons"] for e in keep["entries"]] == [["PA101 eps-underflow at 'norm'"]]
+    assert [(f["rule_id"], f["node"]) for f in keep["not_fixed"]] == [("PA104", "norm")]
+
+
+def _parse_python(code: str) -> None:
+    compile("\n".join(line for line in code.splitlines() if not line.startswith("python -m ")), "<snippet>", "exec")
+
+
+@pytest.mark.parametrize("target", ["onnxconverter-common", "onnxruntime", "olive", "modelopt"])
+def test_each_converter_gets_its_arguments(ffn_model, target, tmp_path):
+    code, keep = keep_json(tmp_path, ffn_model, "--for", target, "--keep-fp32", "Softmax")
+    assert code == 0
+    args, snippet = keep["arguments"], keep["snippet"]
+    if target == "onnxconverter-common":
+        assert args["op_block_list"][-1] == "Softmax" and "Resize" in args["op_block_list"]
+        assert "op_block_list=float16.DEFAULT_OP_BLOCK_LIST + ['Softmax']" in snippet
+    elif target == "onnxruntime":
+        assert "Resize" not in args["op_block_list"] and "OnnxModel(model)" in snippet
+        assert "keep_io_types=False" in snippet
+    elif target == "olive":
+        config = json.loads(snippet)["passes"]["fp16"]
+        assert config["type"] == "OnnxFloatToFloat16" and config["op_block_list"][-1] == "Softmax"
+    else:
+        assert args["op_types_to_exclude"] == ["Softmax"] and "--data_max inf" in snippet
+    if target != "olive":
+        _parse_python(snippet)
+
+
+def test_modelopt_regexes_are_anchored_and_escaped(tmp_path):
+    """re.match anchors at the start only: '^name$' with every metacharacter escaped matches the node and no other."""
+    path = ffn_overflow_transformer(tmp_path / "m.onnx")
+    model = onnx.load(str(path))
+    for node in model.graph.node:  # names with regex metacharacters: dots, brackets, a plus, a star
+        node.name = node.name.replace("/layers.1/ffn/wo/MatMul", "/layers.1/ffn/wo[0]+*/MatMul")
+    onnx.save(model, str(path))
+    _, keep = keep_json(tmp_path, path, "--for", "modelopt", "--trace")
+    regexes = keep["arguments"]["nodes_to_exclude"]
+    assert regexes[0] == r"^/layers\.1/ffn/wo\[0\]\+\*/MatMul$"
+    names = [n.name for n in model.graph.node]
+    for regex in regexes:
+        assert [n for n in names if re.match(regex, n)] == [n for n in names if n == regex[1:-1].replace("\\", "")]
+    assert "'^/layers\\.1/ffn/wo\\[0\\]\\+\\*/MatMul$'" in keep["snippet"]  # shell-quoted on the command line
+
+
+def test_unnamed_nodes_are_named_by_the_snippet_as_listed(tmp_path):
+    path = ffn_overflow_transformer(tmp_path / "unnamed.onnx", names=False)
+    _, keep = keep_json(tmp_path, path, "--for", "onnxconverter-common", "--trace")
+    assert keep["unnamed_nodes"] and keep["verification"]["verified"]
+    listed = [n["name"] for n in keep["nodes"]]
+    assert listed[0] == "MatMul_/layers.1/ffn/wo/MatMul_output_0" and keep["nodes"][0]["unnamed"]
+    snippet = keep["snippet"]
+    naming = snippet[snippet.index("def name_nodes"):snippet.index("name_nodes(model.graph)") + 23]
+    model = onnx.load(str(path))
+    exec(naming, {"model": model})  # the loop the snippet runs before converting
+    names = {n.name for n in model.graph.node}
+    assert set(listed) <= names
+
+
+def _if_model(path: Path) -> Path:
+    """x → If(cond: then MatMul by a weight that overflows float16, else Identity) → Add(x) → LayerNorm."""
+    w = (np.random.default_rng(0).standard_normal((32, 32)) * 30000 / np.sqrt(32)).astype(np.float32)
+    out = lambda name: h.make_tensor_value_info(name, T.FLOAT, [1, 16, 32])  # noqa: E731
+    then = h.make_graph([h.make_node("MatMul", ["x", "W"], ["t"], name="big_matmul")], "then", [], [out("t")])
+    other = h.make_graph([h.make_node("Identity", ["x"], ["e"], name="ident")], "else", [], [out("e")])
+    nodes = [h.make_node("If", ["cond"], ["branch"], name="if", then_branch=then, else_branch=other),
+             h.make_node("Add", ["branch", "x"], ["s"], name="residual"),
+             h.make_node("LayerNormalization", ["s", "g", "b"], ["y"], name="norm", axis=-1)]
+    graph = h.make_graph(nodes, "cf", [out("x"), h.make_tensor_value_info("cond", T.BOOL, [])], [out("y")],
+                         [numpy_helper.from_array(w, "W"), numpy_helper.from_array(np.ones(32, np.float32), "g"),
+                          numpy_helper.from_array(np.zeros(32, np.float32), "b")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 9
+    return save(model, path)
+
+
+@pytest.mark.parametrize("target,problem", [("modelopt", False), ("onnxconverter-common", True), ("onnxruntime", True)])
+def test_an_overflow_inside_an_if_body_keeps_the_if(target, problem, tmp_path):
+    """A kept If keeps its bodies in float32 (converters do not descend into a blocked node's bodies); only modelopt
+    writes a valid model from it (onnxconverter-common 1.16.0 and onnxruntime 1.32.0 leave the body's outer-scope
+    reads uncast: checked)."""
+    _, keep = keep_json(tmp_path, _if_model(tmp_path / "if.onnx"), "--for", target, "--trace")
+    assert [n["name"] for n in keep["nodes"]] == ["if", "residual", "norm"]
+    assert keep["verification"]["verified"]
+    assert (keep["control_flow_problem"] is not None) == problem
+
+
+def test_a_model_over_2gb_with_external_data(tmp_path):
+    """A static list never reads weights: a 2.2 GB external tensor (a sparse file here) costs nothing, and the
+    snippets keep the weights in external data."""
+    m, _ = decomposed_layernorm(1e-12, dtype="fp32", opset=14)
+    big = onnx.TensorProto(name="big", data_type=T.FLOAT, dims=[550_000_000])
+    big.data_location = T.EXTERNAL
+    for key, value in (("location", "weights.bin"), ("offset", "0"), ("length", str(550_000_000 * 4))):
+        entry = big.external_data.add()
+        entry.key, entry.value = key, value
+    m.graph.initializer.append(big)
+    m.graph.node.append(h.make_node("Identity", ["big"], ["big_out"], name="hold"))
+    m.graph.output.append(h.make_tensor_value_info("big_out", T.FLOAT, [550_000_000]))
+    with open(tmp_path / "weights.bin", "wb") as fh:
+        fh.truncate(550_000_000 * 4)
+    path = save(m, tmp_path / "big.onnx", check=False)
+    _, occ = keep_json(tmp_path, path, "--for", "onnxconverter-common")
+    assert occ["external_data_over_2gb"] and "infer_shapes_path" in occ["snippet"]
+    assert "save_as_external_data=True" in occ["snippet"] and "disable_shape_infer=True" in occ["snippet"]
+    _, ort = keep_json(tmp_path, path, "--for", "onnxruntime")
+    assert "use_external_data_format=True" in ort["snippet"]
+    _parse_python(occ["snippet"])
+
+
+def test_text_output(ffn_model, tmp_path):
+    text = keep_text(tmp_path, ffn_model, "--for", "onnxconverter-common", "--trace")
+    assert text.splitlines()[1] == ("  keeps 3 nodes in float32; blocking their op types instead keeps 37 "
+                                    "(MatMul 25, Add 6, LayerNormalization 6)")
+    assert "verified on 1 synthesized sample (seed 0): outputs finite" in text
+    assert "node_block_list=['/layers.1/ffn/wo/MatMul', '/layers.1/ffn/Add', " in text
+
+
+@pytest.mark.parametrize("args,message", [
+    ((), "keep-list needs --for"),
+    (("--for", "pytorch"), "--for pytorch does not apply to an ONNX model"),
+    (("--for", "tvm"), "--for 'tvm': choose one of"),
+    (("--for", "onnxruntime", "--dtype", "bf16"), "converts to float16 only"),
+])
+def test_usage_errors(ffn_model, args, message, capsys):
+    assert main(["keep-list", str(ffn_model), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+def test_pytorch_modules_and_torch_tensorrt_names(tmp_path):
+    pytest.importorskip("torch")
+    root = Path(__file__).resolve().parent.parent
+    spec = f"{root}/fixtures/torch_src/hazards.py:hand_layernorm"
+    _, keep = keep_json(tmp_path, spec, "--for", "pytorch")
+    assert keep["arguments"]["modules"] == [""] and "def keep_in_fp32" in keep["snippet"]
+    _parse_python(keep["snippet"])
+    _, trt = keep_json(tmp_path, spec, "--for", "torch-tensorrt")
+    assert "^add$" in trt["arguments"]["nodes_to_exclude"]
+    _parse_python(trt["snippet"])
+
+
+# --- the real converters, where they install (a scratch environment: they are no dependency of precaudit) ------
+
+@pytest.mark.parametrize("target", ["onnxconverter-common", "onnxruntime", "modelopt"])
+def test_real_converters_turn_the_list_into_a_model_that_stays_finite(ffn_model, target, tmp_path):
+    """Convert with and without the list, then trace the converted float16 model: without it the first inf
+    starts at wo (PA906); with it, none."""
+    _, keep = keep_json(tmp_path, ffn_model, "--for", target, "--trace")
+    converted = {}
+    for label, args in (("without", {}), ("with", keep["arguments"])):
+        if target == "onnxconverter-common":
+            float16 = pytest.importorskip("onnxconverter_common.float16")
+            model = float16.convert_float_to_float16(onnx.load(str(ffn_model)), **args)
+        elif target == "onnxruntime":
+            onnx_model = pytest.importorskip("onnxruntime.transformers.onnx_model")
+            wrapped = onnx_model.OnnxModel(onnx.load(str(ffn_model)))
+            wrapped.convert_float_to_float16(keep_io_types=False, **{k: v for k, v in args.items() if v is not None})
+            model = wrapped.model
+        else:
+            autocast = pytest.importorskip("modelopt.onnx.autocast")
+            model = autocast.convert_to_mixed_precision(
+                onnx_path=str(ffn_model), data_max=float("inf"),
+                nodes_to_exclude=args.get("nodes_to_exclude"), op_types_to_exclude=args.get("op_types_to_exclude"))
+        converted[label] = tmp_path / f"{label}.onnx"
+        onnx.save(model, str(converted[label]))
+    for label, expect in (("without", 1), ("with", 0)):
+        out = tmp_path / f"{label}.json"
+        main([str(converted[label]), "--trace", "--select", "PA906", "--format", "json", "-o", str(out)])
+        assert len(json.loads(out.read_text())["results"]) == expect, label
