@@ -219,6 +219,26 @@ def test_an_upcast_does_not_change_the_value_it_reads(tmp_path):
     assert cast.outputs[0].dtype == "fp32" and "the model's own cast to float32" in cast.outputs[0].dtype_note
 
 
+def test_no_grad_block_is_lowered(tmp_path):
+    """A `with torch.no_grad()` block is a region of its own in the program: its ops are audited too."""
+    model = tmp_path / "model.py"
+    model.write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.proj = torch.nn.Linear(8, 8)\n"
+        "    def forward(self, x):\n"
+        "        h = self.proj(x)\n"
+        "        with torch.no_grad():\n"
+        "            v = (h * h).mean(-1, keepdim=True)\n"
+        "        return h * torch.rsqrt(v + 1e-6)\n"
+        "def make():\n"
+        "    return M(), (torch.randn(2, 8),)\n")
+    for mode in ("autocast-fp16", "half"):
+        assert rule_ids(findings(tmp_path, f"{model}:make", *MODES[mode])) == ("PA102", "PA208")
+
+
 def test_transformers_models_under_autocast():
     """Llama as autocast runs it: projections in float16, the residual stream float32 (a float16 + float32 add
     promotes), RMSNorm's pow lifted, the eager softmax with a float32 output."""

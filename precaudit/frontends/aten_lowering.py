@@ -2,7 +2,8 @@
 
 Only the ops the analysis reads are translated (norms, softmax, log/exp/sqrt, arithmetic, reductions, casts,
 clamps, shape ops); every other op keeps its ATen name, so producers and consumers still link up. The body of a
-`with torch.autocast(...)` region (a wrap_with_autocast higher-order op in the program) is lowered in place.
+`with torch.autocast(...)` or `with torch.no_grad()` block (a wrap_with_autocast / wrap_with_set_grad_enabled
+higher-order op in the program) is lowered in place.
 
 With an autocast plan (frontends/autocast.py), every float value takes the dtype torch's autocast gives it and
 says why (Value.dtype_note), and the casts autocast inserts before an op become Cast nodes, so each node's
@@ -19,6 +20,7 @@ import torch
 
 from ..dtypes import FORMATS
 from ..ir import Graph, Node, Value
+from .autocast import region
 from .source import frames
 
 if TYPE_CHECKING:
@@ -70,8 +72,9 @@ class _Lowering:
                 if id(fx) not in self.values:  # a region's body inputs are bound by the region
                     self.values[id(fx)] = self._placeholder(fx)
             elif fx.op == "call_function":
-                if fx.target is _WRAP_WITH_AUTOCAST:
-                    self._region(module, fx)
+                parts = region(fx)
+                if parts is not None:
+                    self._region(module, fx, parts)
                 else:
                     self._call(fx)
             elif fx.op == "output":
@@ -79,13 +82,15 @@ class _Lowering:
                 outputs = [self._arg(a) for a in outs]
         return outputs
 
-    def _region(self, module, fx) -> None:
-        """`with torch.autocast(...)` in forward(): its body, lowered in place (names prefixed by the region's)."""
-        body = getattr(module, fx.args[4].target)
-        operands = [self._arg(a) for a in fx.args[5:]]
+    def _region(self, module, fx, parts) -> None:
+        """`with torch.autocast(...)` or `with torch.no_grad()` in forward(): its body, lowered in place (names
+        prefixed by the body's)."""
+        body_ref, operands, _ = parts
+        body = getattr(module, body_ref.target)
+        operands = [self._arg(a) for a in operands]
         for ph, value in zip([n for n in body.graph.nodes if n.op == "placeholder"], operands):
             self.values[id(ph)] = value
-        saved, self._prefix = self._prefix, f"{self._prefix}{fx.args[4].target}/"
+        saved, self._prefix = self._prefix, f"{self._prefix}{body_ref.target}/"
         try:
             outs = self._walk(body, body.graph)
         finally:
@@ -412,7 +417,6 @@ _HANDLERS: dict[str, Callable] = {
     **{op: _simple("Reshape" if op not in ("expand", "expand_as") else "Expand", 1) for op in _SHAPE},
 }
 _TORCH_OF = {v: k for k, v in TORCH_DTYPES.items()}
-_WRAP_WITH_AUTOCAST = getattr(torch.ops.higher_order, "wrap_with_autocast", None)
 # Checks torch.export inserts that compute nothing; as consumers they would hide where a value really goes.
 _SKIP = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size", "_assert_async"}
 

@@ -35,7 +35,7 @@ from ..dtypes import FORMATS
 from ..errors import InputError
 
 __all__ = ["DEVICES", "POLICY", "POLICY_TORCH", "AutocastPlan", "OpDtype", "plan_autocast", "registered_ops",
-           "policy_of", "preserve_casts", "autocast_dtype"]
+           "policy_of", "preserve_casts", "autocast_dtype", "region", "cast_explicitly", "note_export"]
 
 DEVICES = ("cuda", "cpu")
 _LOW = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -206,7 +206,12 @@ def plan_autocast(ep, device: str, target: str, spec: str) -> AutocastPlan:
     """Replay the float32 program under torch's autocast on fake tensors: every node's dtype and why."""
     if device not in DEVICES:
         raise InputError(spec, f"--autocast must be one of {', '.join(DEVICES)}, not {device!r}")
-    return _Replay(ep, device, target).run()
+    try:
+        return _Replay(ep, device, target).run()
+    except Exception as exc:  # a program the replay cannot walk (an op it fails on is inferred, not this)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InputError(spec, f"could not replay the program under autocast({device}) ({type(exc).__name__}: "
+                               f"{first}); audit it without --autocast") from None
 
 
 class _Replay:
@@ -267,8 +272,9 @@ class _Replay:
 
     def _call(self, module, node, env):
         target = node.target
-        if target is torch.ops.higher_order.wrap_with_autocast:
-            return self._region(module, node, env)
+        parts = region(node)
+        if parts is not None:
+            return self._region(module, parts, env)
         args = pytree.tree_map(lambda a: env.get(id(a)) if isinstance(a, torch.fx.Node) else self._device(a),
                                node.args)
         kwargs = pytree.tree_map(lambda a: env.get(id(a)) if isinstance(a, torch.fx.Node) else self._device(a),
@@ -358,12 +364,13 @@ class _Replay:
         self.plan.ops[id(node)] = OpDtype([to], note)
         return out
 
-    def _region(self, module, node, env):
-        """with torch.autocast(device, dtype, enabled): the body runs with that state."""
-        device, dtype, enabled, _cache, body_ref, *operands = node.args
+    def _region(self, module, parts, env):
+        """with torch.autocast(device, dtype, enabled) (or torch.no_grad()): the body runs with that state."""
+        body_ref, operands, state = parts
         body = getattr(module, body_ref.target)
         values = [env.get(id(a)) if isinstance(a, torch.fx.Node) else a for a in operands]
-        if device not in DEVICES and device not in torch._C._autocast_supported_devices():
+        device, dtype, enabled = state if state is not None else (None, None, None)
+        if device is not None and device not in torch._C._autocast_supported_devices():
             device = None
         saved = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)) if device else None
         try:
@@ -463,6 +470,20 @@ class _Replay:
 
 
 _TORCH = {v: k for k, v in _NAMES.items()}
+
+
+def region(node) -> tuple | None:
+    """A region higher-order op torch.export records for a `with` block in forward(): (its body's get_attr node,
+    the operands, the autocast state (device, dtype, enabled) or None). None for any other node."""
+    if node.op != "call_function":
+        return None
+    if node.target is getattr(torch.ops.higher_order, "wrap_with_autocast", None):
+        device, dtype, enabled, _cache, body, *operands = node.args
+        return body, operands, (device, dtype, enabled)
+    if node.target is getattr(torch.ops.higher_order, "wrap_with_set_grad_enabled", None):
+        _enabled, body, *operands = node.args
+        return body, operands, None
+    return None
 _CASTS = {"to.dtype", "to.dtype_layout", "to.device", "to.other", "_to_copy", "type_as"}
 
 
@@ -543,12 +564,13 @@ def _inline_regions(module, plan: AutocastPlan) -> None:
     """Replace every wrap_with_autocast node by its body's nodes (copied with their metadata and plan entries)."""
     graph = module.graph
     for node in list(graph.nodes):
-        if node.op != "call_function" or node.target is not torch.ops.higher_order.wrap_with_autocast:
+        parts = region(node)
+        if parts is None:
             continue
-        body = getattr(module, node.args[4].target)
+        body = getattr(module, parts[0].target)
         _inline_regions(body, plan)
         env: dict = {}
-        for ph, arg in zip([n for n in body.graph.nodes if n.op == "placeholder"], node.args[5:]):
+        for ph, arg in zip([n for n in body.graph.nodes if n.op == "placeholder"], parts[1]):
             env[ph] = arg
         by_id = {id(n): n for n in body.graph.nodes}
 
