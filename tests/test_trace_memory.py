@@ -134,7 +134,8 @@ def test_large_constants_are_read_again_small_ones_kept(tmp_path):
 def test_absmax_of_a_constant_as_max_and_min_said(dtype):
     rng = np.random.default_rng(1)
     for case in range(300):
-        x = (rng.standard_normal(int(rng.integers(1, 40))) * 10.0 ** int(rng.integers(-8, 8))).astype(dtype)
+        with np.errstate(over="ignore"):  # large values become inf in float16: cases too
+            x = (rng.standard_normal(int(rng.integers(1, 40))) * 10.0 ** int(rng.integers(-8, 8))).astype(dtype)
         kind = case % 4
         if kind == 1:
             x[rng.integers(0, x.size)] = np.inf * rng.choice([-1, 1])
