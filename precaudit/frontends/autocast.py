@@ -226,7 +226,6 @@ class _Replay:
         self.fake = FakeTensorMode()
         self.roots: dict[int, str] = {}  # id(fx node) -> where its dtype comes from ("from linear at 'linear'")
         self.policies = self.plan.policies
-        self.off_regions = 0  # depth of autocast(enabled=False) regions for this device
 
     # ---- driving ----------------------------------------------------------------------------------------
 
@@ -324,14 +323,17 @@ class _Replay:
             casts = {i: main for i, d in in_dtypes.items() if d != main}
             note = f"{label} runs {short} in its widest input type, {FORMATS[main].long_name}"
         else:
-            casts = {i: main for i, d in in_dtypes.items() if d != main and _is_tensor_input(node, i)}
+            casts = {i: main for i, d in in_dtypes.items() if d != main}
+            rule = off or f"{short} has no {label} rule: "
             if casts:  # float16 with float32: PyTorch's type promotion runs the op in the wider type
-                note = f"{off}{short} has no {label} rule: type promotion runs it in {FORMATS[main].long_name}"
+                note = f"{rule}type promotion runs {'it' if not off else short} in {FORMATS[main].long_name}"
+            elif not inputs:  # a factory (zeros, full, arange): it makes the dtype it is asked for
+                note = f"{short} makes a {FORMATS[main].long_name} tensor ({label} leaves it)"
             else:
-                source = next((a for a in inputs if in_dtypes[id(a)] == main), None)
-                root = self.roots.get(id(source), "") if source is not None else ""
-                rule = "" if off else f" has no {label} rule: it"
-                note = f"{off}{short}{rule} runs in its input's {FORMATS[main].long_name}" + (f", {root}" if root else "")
+                source = next(a for a in inputs if in_dtypes[id(a)] == main)
+                root = self.roots.get(id(source), "")
+                note = f"{rule}{'it' if not off else short} runs in its input's {FORMATS[main].long_name}" + \
+                    (f", {root}" if root else "")
                 self.roots[id(node)] = root
         if id(node) not in self.roots:
             self.roots[id(node)] = f"from {short} at '{node.name}'"
@@ -505,10 +507,6 @@ def _outputs(out) -> list:
 
 def _float_name(dtype) -> str | None:
     return _NAMES.get(dtype)
-
-
-def _is_tensor_input(node, input_id: int) -> bool:
-    return any(id(a) == input_id for a in node.all_input_nodes)
 
 
 @contextlib.contextmanager
