@@ -29,7 +29,7 @@ from ..rules.loader import Rule
 from .chains import NormChains
 from .verify import Verification, verify
 
-__all__ = ["FOR_TARGETS", "Entry", "KeepList", "build_keep_list"]
+__all__ = ["FOR_TARGETS", "Entry", "KeepList", "build_keep_list", "static_findings"]
 
 # What --for accepts: the ONNX converters (each with its converter model) and the PyTorch ways to keep modules.
 FOR_TARGETS = ("onnxconverter-common", "onnxruntime", "olive", "modelopt", "pytorch", "torch-tensorrt")
@@ -125,7 +125,7 @@ def build_keep_list(path: str, target: Format, target_for: str, keep_fp32: list[
     resolver = DtypeResolver(graph, target, keep_fp32, converter)
     chains = NormChains(graph, resolver)
     weights = trace is not None
-    findings = [f for f in _findings(graph, resolver, rules, path, weights) if f.severity in ("error", "warning")]
+    findings = [f for f in static_findings(graph, resolver, rules, path, weights) if f.severity in ("error", "warning")]
     result.entries = _static_entries(graph, findings, chains)
     _drop_unfixable(result, rules, weights)
     if trace is not None:
@@ -140,7 +140,9 @@ def build_keep_list(path: str, target: Format, target_for: str, keep_fp32: list[
     return result
 
 
-def _findings(graph: Graph, resolver: DtypeResolver, rules: list[Rule], path: str, weights: bool) -> list[Finding]:
+def static_findings(graph: Graph, resolver: DtypeResolver, rules: list[Rule], path: str,
+                    weights: bool) -> list[Finding]:
+    """The audit's findings with this resolver (weights read only when asked: --trace reads them anyway)."""
     patterns = {rule.id: rule.pattern for rule in rules if rule.pattern is not None}
     sites = collect_sites(graph, resolver, patterns)
     if weights:
@@ -168,7 +170,7 @@ def _drop_unfixable(result: KeepList, rules: list[Rule], weights: bool) -> None:
     all stay is no entry."""
     kept = [n for e in result.entries for n in e.nodes]
     resolver = DtypeResolver(result.graph, result.target, result.keep_fp32, result.converter, keep_nodes=kept)
-    stay = {(f.rule_id, f.node_name): f for f in _findings(result.graph, resolver, rules, result.model, weights)}
+    stay = {(f.rule_id, f.node_name): f for f in static_findings(result.graph, resolver, rules, result.model, weights)}
     entries = []
     for entry in result.entries:
         fixed = [(f, r) for f, r in zip(entry.findings, entry.reasons) if (f.rule_id, f.node_name) not in stay]

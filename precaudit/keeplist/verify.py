@@ -30,6 +30,7 @@ class Run:
     entry: Node | None = None  # where the worst output's error enters
     rel_error: dict[int, float] = field(default_factory=dict, repr=False)
     too_large: set[int] = field(default_factory=set, repr=False)  # values whose reference |x| passes the target
+    absmax: dict[int, float] = field(default_factory=dict, repr=False)  # per value, the reference's largest |x|
 
     def ok(self, tolerance: float) -> bool:
         return self.finite and self.error <= tolerance
@@ -56,8 +57,10 @@ def emulate(graph: Graph, target: Format, converter: Converter, keep_fp32: list[
         error = max(error, s.rel_error if math.isfinite(s.rel_error) else math.inf)
     origin = first_nonfinite_site(graph, resolver, stats, len(batches)) if not finite else []
     rel = {vid: s.rel_error for vid, s in stats.items() if not s.nonfinite}
-    too_large = {vid for vid, s in stats.items() if s.absmax >= target.overflow_threshold}
-    return Run(len(kept), finite, error, origin[0].node if origin else None, rel_error=rel, too_large=too_large)
+    absmax = {vid: s.absmax for vid, s in stats.items()}
+    too_large = {vid for vid, top in absmax.items() if top >= target.overflow_threshold}
+    return Run(len(kept), finite, error, origin[0].node if origin else None, rel_error=rel, too_large=too_large,
+               absmax=absmax)
 
 
 @dataclass
