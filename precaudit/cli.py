@@ -357,17 +357,14 @@ def keep_list(
         raise typer.BadParameter(f"choose one of {', '.join(TRACE_ENGINES)}", param_hint="'--trace-engine'")
     trace_options = TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine,
                                  progress=output is None and _color_ok(False)) if trace else None
-    _note_named_inputs([model], _settings_for_notes(), inputs)
+    from .config import load_settings
+
+    _note_named_inputs([model], load_settings({"rules": list(rules)} if rules else {}), inputs)  # -o never over them
     text = keep_list_report(model, {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules)}, target_for,
                             TorchOptions(_shapes(input_shape), input_dtype, trust_pickle), trace_options, tolerance,
                             max_runs, output_format.value)
     _write(text, output)
     return EXIT_CLEAN
-
-
-def _settings_for_notes() -> Settings:
-    from .config import load_settings
-    return load_settings({})
 
 
 def _rule_named(rule: str, extra: list[str]) -> Rule:

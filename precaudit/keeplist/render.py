@@ -104,6 +104,7 @@ def render_json(keep: KeepList) -> str:
         "dtype": keep.target.name,
         "for": keep.target_for,
         "converter": keep.converter.title,
+        "converter_source": keep.converter.source,
         "nodes": [{"name": raw_name(n), "op": n.op_type, "unnamed": is_unnamed(n), "scope": n.scope,
                    "inside": n.subgraph_path.rstrip("/") or None} for n in nodes],
         "count": len(nodes),
