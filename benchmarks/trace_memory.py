@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -52,7 +53,8 @@ def shape_named(name: str) -> LlamaShape:
 
 
 def run(args: list[str], repeat: int) -> tuple[float, float]:
-    """Best wall time (s) and largest peak RSS (GB) of precaudit ARGS in a child process, over `repeat` runs."""
+    """Best wall time (s) and largest peak RSS (GB, 10^9 bytes as the weights) of precaudit ARGS in a child
+    process, over `repeat` runs."""
     best, peak = float("inf"), 0.0
     for _ in range(repeat):
         start = time.perf_counter()
@@ -60,7 +62,7 @@ def run(args: list[str], repeat: int) -> tuple[float, float]:
         wall = time.perf_counter() - start
         if proc.returncode != 0:
             raise SystemExit(f"precaudit {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()[-800:]}")
-        best, peak = min(best, wall), max(peak, int(proc.stdout.split()[-1]) / 2 ** 20)
+        best, peak = min(best, wall), max(peak, int(proc.stdout.split()[-1]) * 1024 / 1e9)  # kB → GB
     return best, peak
 
 
@@ -82,6 +84,7 @@ def main() -> int:
             if free < need * 1.05:
                 raise SystemExit(f"{name}: {need / 1e9:.1f} GB of weights, {free / 1e9:.1f} GB free in {folder}")
             model = write_llama(folder / name, shape, weights="random")
+            os.sync()  # the weights on disk before timing: the kernel flushing them meanwhile would slow the runs
             weights = (model.parent / "model.weights").stat().st_size
             report = folder / "report.json"
             s_wall, s_peak = run([str(model), "-f", "json", "-o", str(report)], args.repeat)
@@ -95,7 +98,7 @@ def main() -> int:
                 if before and shape.layers > before[0] else f"{'':>11s} -"
             last[shape.hidden] = (shape.layers, cost)
             print(f"{name:8s} {shape.layers:6d} {nodes:6d} {weights / 1e9:5.1f} GB | {s_wall:6.1f} s {s_peak:4.2f} GB | "
-                  f"{t_wall:6.1f} s {t_peak:4.2f} GB | {t_peak * 2 ** 30 / weights:11.2f}x | "
+                  f"{t_wall:6.1f} s {t_peak:4.2f} GB | {t_peak * 1e9 / weights:11.2f}x | "
                   f"{cost / shape.layers:5.2f} s | {added}", flush=True)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
