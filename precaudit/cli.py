@@ -233,7 +233,8 @@ def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_ze
                        "rules": settings.rules, "format": settings.format, "select": settings.select,
                        "ignore": settings.ignore, "preview": settings.preview, "baseline": settings.baseline,
                        "check_weights": settings.check_weights or trace_options is not None,
-                       "converter": settings.converter, "config_file": settings.config_file}
+                       "converter": settings.converter, "autocast": settings.autocast,
+                       "config_file": settings.config_file}
     return Outcome(result=AuditResult(counted, result.errors, result.models, result.traces, result.dtype_maps),
                    settings=report_settings,
                    exit_code=code, rules=rule_set, root=repo_root(), ignored=len(result.findings) - len(kept),

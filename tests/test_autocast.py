@@ -366,3 +366,13 @@ def test_torchscript_is_refused_under_autocast(tmp_path, capsys):
     torch.jit.save(torch.jit.trace(LayerNormAfterLinear(), (torch.randn(2, 4, 16),)), str(tmp_path / "m.pt"))
     assert main([str(tmp_path / "m.pt"), "--input-shape", "2,4,16", "--autocast", "cuda"]) == 2
     assert "--autocast needs the module's ATen program" in capsys.readouterr().err
+
+
+def test_reports_say_the_module_ran_under_autocast(tmp_path, capsys):
+    """The text header and the JSON settings name the autocast device: the same findings mean a different run."""
+    assert main([f"{CASES}:rmsnorm", "--autocast", "cuda"]) in (0, 1)
+    assert f"{CASES}:rmsnorm  (--dtype fp16 --autocast cuda)" in capsys.readouterr().out
+    _, report = run_json([f"{CASES}:rmsnorm"], "--autocast", "cuda", out_dir=tmp_path)
+    assert report["settings"]["autocast"] == "cuda"
+    _, report = run_json([f"{CASES}:rmsnorm"], out_dir=tmp_path)
+    assert report["settings"]["autocast"] is None

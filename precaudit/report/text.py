@@ -32,7 +32,7 @@ def render_text(outcome: Outcome, color: bool = False, group: bool = True) -> st
         findings = [shown(f) for f in result.findings if f.model == model]
         if not findings:
             continue
-        lines.append(paint(printable(model), "1") + f"  (--dtype {outcome.settings['dtype']})")
+        lines.append(paint(printable(model), "1") + f"  ({_run_flags(outcome.settings)})")
         groups = group_findings(findings) if group else [[f] for f in findings]
         blocks += len(groups)
         for members in groups:
@@ -162,3 +162,13 @@ def _models_in_order(result: AuditResult) -> list[str]:
     seen: dict[str, None] = dict.fromkeys(result.models)
     seen.update(dict.fromkeys(f.model for f in result.findings))
     return list(seen)
+
+
+def _run_flags(settings: dict) -> str:
+    """The flags that decide which dtype applies where: the target, and how the model is converted or run."""
+    flags = [f"--dtype {settings['dtype']}"]
+    if settings.get("autocast"):
+        flags.append(f"--autocast {settings['autocast']}")
+    if settings.get("converter") not in (None, "plain"):
+        flags.append(f"--converter {settings['converter']}")
+    return " ".join(flags)
