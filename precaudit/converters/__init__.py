@@ -15,10 +15,13 @@ a Cast that widens an activation starts a float32 island (precaudit's behaviour 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..dtypes import Format
 from ..ir import Graph
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["Clamp", "Converter", "CONVERTER_NAMES", "converter_named", "PLAIN", "KeepArgs", "py_list"]
 
@@ -47,6 +50,21 @@ class Clamp:
         """Whether a constant stored as `source` (a const_origin: "initializer 'w'", "Constant node 'c'") is clamped."""
         return source.startswith(self.forms)
 
+    def array(self, data: np.ndarray) -> np.ndarray:
+        """apply() on every element of a float array (a float32 copy; the array itself is left alone)."""
+        import numpy as np
+
+        out = np.array(data, dtype=np.float32)
+        magnitude = np.abs(out)
+        tiny = (magnitude > 0) & (magnitude < self.min_positive)
+        big = (magnitude > self.max_finite) & np.isfinite(magnitude)
+        if tiny.any():
+            low = np.float32(self.min_positive)
+            out[tiny] = np.copysign(low, out[tiny]) if self.sign_kept else low
+        if big.any():
+            out[big] = np.copysign(np.float32(self.max_finite), out[big])
+        return out
+
 
 @dataclass(frozen=True)
 class Converter:
@@ -65,6 +83,10 @@ class Converter:
     source: str = ""
     # why blocking an If/Loop/Scan (or a node in its bodies) gives an invalid model, where it does
     control_flow: str = ""
+    # which readers of a float32 initializer read it converted (see reads_converted): "no-blocked-reader"
+    # (converted only when no blocked node reads it), "any-reader" (converted when some node outside the block
+    # lists reads it, and then every reader reads the converted copy), "per-reader" (each reader its own copy)
+    initializers: str = "any-reader"
 
     @property
     def plain(self) -> bool:
@@ -87,6 +109,28 @@ class Converter:
 
     def clamp(self, target: Format) -> Clamp | None:
         return self.clamps.get(target.name) if self.applies(target) else None
+
+    def reads_converted(self, initializer: bool, maker_blocked: bool, readers_blocked: Sequence[bool],
+                        reader_blocked: bool) -> tuple[bool, bool]:
+        """How one node reads a float32 constant the converter meets: (converted, clamped).
+
+        converted: the node reads the copy in the target dtype (blocked readers through the Cast the converter puts
+        before them); otherwise the numbers as stored, in float32. clamped: that copy went through the converter's
+        clamp (where the clamp applies to how the constant is stored: Clamp.applies_to). initializer: an initializer
+        (else a Constant node's tensor, whose node `maker_blocked` says whether the converter blocks);
+        readers_blocked: for every node that reads it. Without a converter every constant is rounded as it is.
+        """
+        if self.plain:
+            return True, False
+        if self.initializers == "per-reader":  # modelopt: a copy per precision, the constants it casts included
+            return not reader_blocked, not reader_blocked
+        if not initializer:  # a tensor attribute: converted with its node; else cast to the target after it
+            return not (maker_blocked and reader_blocked), not maker_blocked
+        if self.initializers == "no-blocked-reader":
+            converted = not any(readers_blocked)
+        else:
+            converted = not all(readers_blocked)
+        return converted, converted
 
 
 _ML_OPS = {"ArrayFeatureExtractor", "Binarizer", "CastMap", "CategoryMapper", "DictVectorizer", "FeatureVectorizer",

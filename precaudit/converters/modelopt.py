@@ -15,7 +15,8 @@ Read from `modelopt/onnx/autocast/` of the nvidia-modelopt 0.47.0 wheel (= NVIDI
 - ``_remove_preexisting_casts`` removes every float16/float32 Cast whose input is no initializer.
 - ``_convert_initializer_data``: an initializer converted to float16 is clipped to ±65504 and its nonzero values
   below the smallest subnormal become +5.96e-8 (the sign is lost). A ``Constant`` node's value is cast at run
-  time instead, unclamped (1e-12 → 0). bfloat16 initializers are cast without clamping.
+  time instead, unclamped (1e-12 → 0). bfloat16 initializers are cast without clamping. An initializer read by
+  nodes of both precisions is duplicated, a copy per precision (``_convert_initializers``).
 - Node names: ``--nodes_to_exclude`` regexes are tried with ``re.match`` (anchored at the start only);
   ``name_onnx_nodes`` names unnamed nodes ``{op_type}_{n}`` itself, main graph only.
 """
@@ -157,7 +158,7 @@ CONVERTER = Converter(
     clamps={"fp16": Clamp(5.96e-08, 65504.0, "modelopt AutoCast clips the initializers it converts to ±65504 and "
                                             "sets nonzero values below 5.96e-8 to +5.96e-8", forms=("initializer",),
                           sign_kept=False, by="modelopt AutoCast 0.47.0 (initializers clipped to the float16 range)")},
-    upcast="removes it (_remove_preexisting_casts)", extra_blocked=_blocked, source=_SOURCE)
+    upcast="removes it (_remove_preexisting_casts)", extra_blocked=_blocked, source=_SOURCE, initializers="per-reader")
 
 
 def node_regex(name: str) -> str:

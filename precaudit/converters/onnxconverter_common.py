@@ -40,7 +40,7 @@ CONVERTER = Converter(
     upcast="keeps its to=float32 but retypes its output to float16 (the converted model fails to load unless "
            "the Cast is in node_block_list)",
     source="onnxconverter_common/float16.py, 1.16.0 (= microsoft/onnxconverter-common @28b00d4)",
-    control_flow=_CONTROL_FLOW.format(who="onnxconverter-common 1.16.0"))
+    control_flow=_CONTROL_FLOW.format(who="onnxconverter-common 1.16.0"), initializers="no-blocked-reader")
 
 
 def paste(args: KeepArgs) -> str:

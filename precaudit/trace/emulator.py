@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 
 from ..analysis.compute_dtype import DtypeResolver
+from ..converters import Clamp
 from ..dtypes import FORMATS, Format
 from ..errors import InputError
 from ..ir import Graph, Node, Value, implicit_inputs
@@ -166,6 +167,9 @@ class _Step:
     # the value whose numbers this node only rearranges (a Reshape, a Transpose): its output's counts are
     # the input's, so a sample measured once is merged twice
     rearranges: int | None = None
+    # per input, which copy of a constant the emulated run reads: 0 the converted one (rounded into its format,
+    # clamped where the --converter clamps it), 1 the numbers as stored (a converter leaves it float32 here)
+    const_reads: list[int] = field(default_factory=list)
 
 
 _SEQUENCE_OPS = {"SplitToSequence", "ConcatFromSequence", "SequenceConstruct", "SequenceAt", "SequenceInsert",
@@ -195,6 +199,11 @@ class Emulator:
         self.held_bytes = 0  # of weights kept across samples: these constants and onnxruntime's kept segments
         self.final = False  # the sample running is the last: keep nothing for a next one
         self._held_cache: dict[int, Format | None] = {}
+        # constants whose converted copy the --converter clamps (Clamp.array before rounding), and those no node
+        # reads converted (their emulated copy is never made)
+        self._const_clamps: dict[int, Clamp] = {}
+        self._unconverted: set[int] = set()
+        self._readers_blocked: dict[int, list[bool]] = {}
         self._input_fmt = {id(v): self._held(v) for v in graph.inputs}
         self._steps = self._plan()
         self._samples: dict[int, tuple[float, tuple]] = {}  # this sample's counts per value, for _REARRANGES
@@ -264,7 +273,7 @@ class Emulator:
         return True
 
     def _run_step(self, step: _Step, emu: dict, ref: dict) -> None:
-        emu_args = [self._arg(v, emu, 0) for v in step.inputs]
+        emu_args = [self._arg(v, emu, w) for v, w in zip(step.inputs, step.const_reads)]
         emu_outs = self._call(step, emu_args, step.emu_ctx)
         emu_outs = [a if fmt is None else round_into(a, fmt) for a, fmt in zip(emu_outs, step.rounds)]
         if self.reference:
@@ -366,13 +375,42 @@ class Emulator:
                                               f"makes it") from None
 
     def _const_pair(self, value: Value) -> tuple[np.ndarray, np.ndarray]:
-        """A constant as the emulated run holds it (rounded into its format) and as the reference does; one array
-        for both where rounding changes nothing (an fp16 weight held in fp16)."""
+        """A constant as the emulated run holds it (clamped where the --converter clamps it, rounded into its
+        format) and as the reference does; one array for both where that changes nothing (an fp16 weight held in
+        fp16) or where no node reads the converted copy."""
         data = np.asarray(value.const())
         reference = as_reference(data)
-        if self.stored_as_held(value, data):
+        if self.stored_as_held(value, data) or id(value) in self._unconverted:
             return reference, reference
-        return round_into(as_float(data, np.float32), self._held(value)), reference
+        clamp = self._const_clamps.get(id(value))
+        return round_into(clamp.array(data) if clamp is not None else as_float(data, np.float32),
+                          self._held(value)), reference
+
+    def const_read(self, value: Value, reader: Node) -> tuple[bool, Clamp | None]:
+        """How `reader` reads a constant in the emulated run, as the --converter leaves it: (converted, clamp).
+
+        converted: the copy rounded into the format the constant is held in, after `clamp` where the converter
+        clamps it; otherwise the numbers as stored (a converter leaves a constant only blocked nodes read in
+        float32: converters/ says which). Without a converter (or a constant it does not convert: stored in another
+        dtype, held in float32) every reader reads the constant rounded as it is.
+        """
+        resolver = self.resolver
+        fmt = self._held(value)
+        if not resolver.converting or value.dtype != "fp32" or fmt is None or fmt.name in ("fp32", "fp64"):
+            return True, None
+        dtype = resolver.of_value(value)
+        maker = value.producer
+        initializer = maker is None or maker.op_type != "Constant"
+        readers = self._readers_blocked.get(id(value))
+        if readers is None:
+            readers = self._readers_blocked[id(value)] = [resolver.kept_by(c) is not None for c in value.consumers]
+        converted, clamped = resolver.converter.reads_converted(
+            initializer, maker is not None and resolver.kept_by(maker) is not None, readers,
+            resolver.kept_by(reader) is not None)
+        clamp = dtype.clamp if dtype is not None else None
+        if not clamped or clamp is None or not clamp.applies_to(value.const_origin or ""):
+            clamp = None
+        return converted, clamp
 
     def stored_as_held(self, value: Value, data: np.ndarray) -> bool:
         """Whether a constant's stored numbers are already those of the format it is held in (an fp16 weight held
@@ -397,6 +435,7 @@ class Emulator:
                 elif v is not None:
                     last_const[id(v)] = (i, v)
         steps = []
+        read_converted: dict[int, bool] = {}  # per constant, whether some node reads its converted copy
         for i, node in enumerate(nodes):
             kernel = (KERNELS.get(node.op_type) if node.domain in ("", "ai.onnx")
                       else MS_KERNELS.get(node.op_type) if node.domain == "com.microsoft" else None)
@@ -406,6 +445,8 @@ class Emulator:
             # an omitted optional output (no name) holds nothing to measure
             outputs = [(id(v), self._held(v) if v.name else None) for v in node.outputs]
             step = _Step(node, kernel, list(node.inputs), outputs, self._stat_ctx(node), self._rounds(node, outputs))
+            step.const_reads = [self._plan_const_read(v, node, read_converted) if v is not None and v.is_const else 0
+                                for v in node.inputs]
             step.implicit = implicit.get(id(node), [])
             reads = [*node.inputs, *step.implicit]
             frees = [id(v) for v in reads if v is not None and last.get(id(v)) == i and id(v) not in kept]
@@ -419,7 +460,20 @@ class Emulator:
                     and step.rounds == [None] and data is not None and not data.is_const):
                 step.rearranges = id(data)
             steps.append(step)
+        # implicit reads (an If body's) read the converted copy, as onnxruntime's rewritten bodies do
+        for step in steps:
+            for v in step.implicit:
+                if v.is_const:
+                    self._plan_const_read(v, step.node, read_converted)
+        self._unconverted = {vid for vid, converted in read_converted.items() if not converted}
         return steps
+
+    def _plan_const_read(self, value: Value, reader: Node, read_converted: dict[int, bool]) -> int:
+        converted, clamp = self.const_read(value, reader)
+        if clamp is not None:
+            self._const_clamps[id(value)] = clamp
+        read_converted[id(value)] = read_converted.get(id(value), False) or converted
+        return 0 if converted else 1
 
     def _rounds(self, node: Node, outputs: list[tuple[int, Format | None]]) -> list[Format | None]:
         if node.op_type not in _MOVES_VALUES or node.domain not in ("", "ai.onnx"):

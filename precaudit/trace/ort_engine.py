@@ -36,6 +36,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..converters import Clamp
 from ..errors import InputError
 from ..ir import Node, Value
 from .fallback import as_reference
@@ -77,6 +78,9 @@ class _Segment:
     fetch: list[tuple[str, int, bool]]  # (output name, value id, emulated?)
     run_options: object = None  # quiet: a failed run falls back to numpy, which says what went wrong in one line
     weights: list[tuple[str, Value]] = field(default_factory=list)  # (input name, constant) fed at each run
+    # (weight's input name, clamped copy's input name, clamp): a weight the --converter's clamp changes, fed clamped
+    # beside itself for the emulated run
+    clamps: list[tuple[str, str, Clamp]] = field(default_factory=list)
     held: dict[str, np.ndarray] | None = None  # the weights, kept for the next sample; None: read at each run
 
 
@@ -101,6 +105,7 @@ class OrtSegments:
         self._measured = self._measured_values()
         self._opsets = self._opset_imports()
         self._widener = None  # a one-Cast session, made when the first float16 weight is fed
+        self._clamp_changes: dict[int, bool] = {}  # per weight under a --converter clamp: does the clamp change it
 
     # ---- running -------------------------------------------------------------------------------------------
 
@@ -160,7 +165,24 @@ class OrtSegments:
             data = np.asarray(value.const())
             feeds[name] = self._widen(data) if data.dtype == np.float16 else _contiguous(as_reference(data))
             del data  # (its mapping goes with it)
+        for name, clamped, clamp in segment.clamps:
+            feeds[clamped] = clamp.array(feeds[name])
         return feeds
+
+    def _changed_by(self, v: Value, clamp: Clamp) -> bool:
+        """Whether the clamp changes any of a weight's numbers (read once, a few million at a time)."""
+        known = self._clamp_changes.get(id(v))
+        if known is None:
+            flat = np.asarray(v.const()).reshape(-1)
+            known = False
+            for start in range(0, flat.size, 1 << 22):
+                a = np.abs(flat[start:start + (1 << 22)].astype(np.float32))
+                if ((a > 0) & (a < clamp.min_positive)).any() or ((a > clamp.max_finite) & np.isfinite(a)).any():
+                    known = True
+                    break
+            del flat
+            self._clamp_changes[id(v)] = known
+        return known
 
     def _widen(self, data: np.ndarray) -> np.ndarray:
         """float16 → float32 (exact) by onnxruntime's Cast, into an array precaudit owns: 5x numpy's astype, and the
@@ -186,7 +208,7 @@ class OrtSegments:
             # only hooks and the elementwise noise floor read a node's inputs; the weights stay unrounded here
             reads_args = self._reads_inputs(step)
             ref_args = [_get(v, ref, em, 1) for v in step.inputs] if reads_args else []
-            emu_args = [_get(v, emu, em, 0) for v in step.inputs] if reads_args else []
+            emu_args = [_get(v, emu, em, w) for v, w in zip(step.inputs, step.const_reads)] if reads_args else []
             em._measure(step, ref_args, emu_args, [ref.get(vid) for vid, _ in step.outputs],
                         [emu.get(vid) for vid, _ in step.outputs])
         em._free(step, emu, ref)
@@ -312,6 +334,7 @@ class OrtSegments:
         emu_feeds: list[tuple[str, int]] = []
         consts: dict[str, np.ndarray] = {}  # small constants, embedded in the session
         weights: list[tuple[str, Value]] = []  # large ones, fed when it runs
+        clamps: list[tuple[str, str, Clamp]] = []  # weights fed clamped too (a --converter's clamp)
         weight_names: set[str] = set()
         as_held: set[int] = set()  # weights stored in the format they are held in: their rounding changes nothing
         rounded_consts: set[int] = set()
@@ -326,7 +349,7 @@ class OrtSegments:
                 (emu_feeds if emulated else ref_feeds).append((name, id(v)))
             return name
 
-        def const(v: Value, emulated: bool) -> str:
+        def const(v: Value, emulated: bool, read: int) -> str:
             if v.name not in consts and v.name not in weight_names:
                 data = np.asarray(v.const())  # (external data is mapped, not read: only its dtype and shape are used)
                 ref_dtype = as_reference(np.empty(0, data.dtype)).dtype
@@ -340,20 +363,32 @@ class OrtSegments:
                     if em.stored_as_held(v, data):
                         as_held.add(id(v))
                 del data
-            if not emulated or self._const_is_shared(v) or id(v) in as_held:
+            # read as stored: the reference's copy (a converter leaves the constant float32 for this reader)
+            if not emulated or read or self._const_is_shared(v) or id(v) in as_held:
                 return v.name
             name = self._name(v, True)
-            # rounded by a Cast pair: folded once where the constant is in the session, at each run for a weight
+            # rounded by a Cast pair: folded once where the constant is in the session, at each run for a weight;
+            # clamped first where the --converter clamps it
             if id(v) not in rounded_consts:
                 rounded_consts.add(id(v))
-                nodes.extend(_round_trip(v.name, name, _ROUND_TO[em._held(v).name]))
+                source, clamp = v.name, em._const_clamps.get(id(v))
+                if clamp is not None and v.name in consts:
+                    source = f"clamp::{v.name}"
+                    consts[source] = clamp.array(consts[v.name])
+                elif clamp is not None and self._changed_by(v, clamp):
+                    source = f"clamp::{v.name}"
+                    inputs[source] = onnx.ValueInfoProto()
+                    inputs[source].CopyFrom(inputs[v.name])  # (a float32 weight: only float32 ones are converted)
+                    inputs[source].name = source
+                    clamps.append((v.name, source, clamp))
+                nodes.extend(_round_trip(source, name, _ROUND_TO[em._held(v).name]))
             return name
 
-        def arg(v: Value | None, emulated: bool) -> str:
+        def arg(v: Value | None, emulated: bool, read: int = 0) -> str:
             if v is None:
                 return ""
             if v.is_const:
-                return const(v, emulated)
+                return const(v, emulated, read)
             if id(v) in made_here:
                 return self._name(v, emulated)
             return feed(v, emulated and id(v) not in self._shared)
@@ -370,7 +405,7 @@ class OrtSegments:
                 nodes.append(helper.make_node(node.op_type, ref_ins, [o.name for o in node.outputs],
                                               domain=node.domain, **attrs, **bodies))
             if not shared:
-                emu_ins = [arg(v, True) for v in node.inputs]
+                emu_ins = [arg(v, True, w) for v, w in zip(node.inputs, step.const_reads)]
                 bodies = self._bodies(node, {v.name: arg(v, True) for v in step.implicit}, emulated=True)
                 attrs = {**attrs, **bodies}
                 raw = ["" if not o.name else f"raw::{o.name}" if fmt is not None and fmt.name in _ROUND_TO
@@ -409,7 +444,7 @@ class OrtSegments:
         session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         run_options = ort.RunOptions()
         run_options.log_severity_level = 4
-        return _Segment(start, end, session, ref_feeds, emu_feeds, fetch, run_options, weights)
+        return _Segment(start, end, session, ref_feeds, emu_feeds, fetch, run_options, weights, clamps=clamps)
 
     # ---- control-flow bodies ------------------------------------------------------------------------------
 
@@ -468,7 +503,10 @@ class OrtSegments:
             if emulated and t.name in consts:
                 from .emulator import round_into  # (the emulator imports this module)
 
-                array = np.asarray(round_into(array, em._held(consts[t.name])))
+                converted, clamp = _body_const(em, consts[t.name])
+                if converted:
+                    array = np.asarray(round_into(clamp.array(array) if clamp is not None else array,
+                                                  em._held(consts[t.name])))
             out.initializer.append(numpy_helper.from_array(array, name(t.name)))
         if len(inner) != len(body.node):
             raise ValueError(f"a body of {len(body.node)} nodes has {len(inner)} in precaudit's graph")
@@ -479,6 +517,11 @@ class OrtSegments:
                 if reason is not None:
                     raise ValueError(f"inside its body, {reason}")
             attrs = _float32_attrs(node)
+            if emulated and node.op_type == "Constant" and isinstance(attrs.get("value"), TensorProto):
+                clamp = _body_const(em, node.outputs[0])[1] if node.outputs and node.outputs[0].is_const else None
+                if clamp is not None:  # the --converter clamps a Constant's tensor
+                    attrs["value"] = numpy_helper.from_array(clamp.array(numpy_helper.to_array(attrs["value"])),
+                                                             attrs["value"].name)
             for key, nested in node.bodies.items():
                 attrs[key] = yield nested, node.body_nodes.get(key, []), nested_outer
             outputs = [name(o) for o in proto.output]
@@ -538,6 +581,13 @@ def _shared_arena(ort) -> None:
         info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
         ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
         _ARENA.append(info)
+
+
+def _body_const(em: "Emulator", v: Value) -> tuple[bool, Clamp | None]:
+    """How a body's emulated copy holds a constant of the body, which one name serves every reader: converted if
+    any reader reads it converted (Emulator.const_read), with the clamp such a read applies."""
+    reads = [em.const_read(v, reader) for reader in v.consumers] or [(True, None)]
+    return any(c for c, _ in reads), next((clamp for c, clamp in reads if c and clamp is not None), None)
 
 
 def _first_line(exc: Exception) -> str:
