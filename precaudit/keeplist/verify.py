@@ -44,8 +44,8 @@ def emulate(graph: Graph, target: Format, converter: Converter, keep_fp32: list[
 
     resolver = DtypeResolver(graph, target, keep_fp32, converter, keep_nodes=kept)
     emulator = Emulator(graph, resolver, engine=engine)
-    for feeds in batches:
-        emulator.run(feeds)
+    for i, feeds in enumerate(batches):
+        emulator.run(feeds, final=i == len(batches) - 1)  # the last batch keeps no weights for a next one
     stats = emulator.stats
     finite, error = True, 0.0
     for value in graph.outputs:
