@@ -59,7 +59,7 @@ class NormChains:
         # the site is the eps Add (or guard, or the root itself); the divisions by the root follow it
         near = _closure([site], _consumers, 4)
         seeds = [n for n in self.graph.nodes if id(n) in near and (id(n) in self._claimed or n is site)]
-        ends = [n for n in seeds if n.op_type in ("Div", "Mul", "Reciprocal")] or [max(seeds, key=self._order.get)]
+        ends = [n for n in seeds if n.op_type in ("Div", "Mul", "Reciprocal")] or [max(seeds, key=lambda n: self._order[id(n)])]
         upstream = _closure(ends, producers, _DEPTH)
         x = self._source(upstream)
         if x is None:
