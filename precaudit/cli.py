@@ -368,6 +368,50 @@ def keep_list(
     return EXIT_CLEAN
 
 
+@app.command("fix")
+def fix(
+    model: str = typer.Argument(..., metavar="MODEL", help="The ONNX file to repair (never written over)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the fixed model."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="Target dtype (default from config, else fp16)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan only; write nothing."),
+    min_eps: Optional[float] = typer.Option(None, "--min-eps", metavar="V",
+                                            help="Raise eps (and guards) to V instead of the smallest normal number."),
+    keep_fp32: List[str] = typer.Option([], "--keep-fp32", metavar="OP_OR_NODE,...",
+                                        help="Your converter's block list, as for the audit."),
+    converter: Optional[str] = typer.Option(None, "--converter", metavar=_CONVERTER_METAVAR, help=_CONVERTER_HELP),
+    rules: List[str] = typer.Option([], "--rules", metavar="PATH", help="Extra YAML rule file or folder."),
+    select: List[str] = typer.Option([], "--select", metavar="RULE,...", help="Repair only these rules' findings."),
+    ignore: List[str] = typer.Option([], "--ignore", metavar="RULE,...", help="Leave these rules' findings alone."),
+    trace: bool = typer.Option(False, "--trace", help="Also emulate both models in --dtype, side by side."),
+    inputs: List[str] = typer.Option([], "--inputs", metavar="FILE.npz",
+                                     help="Inputs for the checks, one batch per file (else synthesized)."),
+    samples: int = typer.Option(1, "--samples", min=1, help="How many synthesized batches."),
+    dim: List[str] = typer.Option([], "--dim", metavar="NAME=SIZE", help="Size of a symbolic dim."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed for synthesized inputs."),
+    trace_engine: str = typer.Option("auto", "--trace-engine", metavar="auto|onnxruntime|numpy"),
+    output_format: ListFormat = typer.Option(ListFormat.text, "--format", "-f", help="text or json (on stdout)."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+) -> int:
+    """Repair what the audit found, minimally and locally; write a new model, checked against the original."""
+    from .config import load_settings
+    from .files import check_output
+    from .fix.command import fix_report
+    from .options import TRACE_ENGINES, TraceOptions
+
+    if output is not None:
+        check_output(output, what="the fixed model")
+    if trace_engine not in TRACE_ENGINES:
+        raise typer.BadParameter(f"choose one of {', '.join(TRACE_ENGINES)}", param_hint="'--trace-engine'")
+    _note_named_inputs([model], load_settings({"rules": list(rules)} if rules else {}), inputs)  # -o never over them
+    given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "select": _split(select),
+             "ignore": _split(ignore), "converter": _converter_name(converter)}
+    text, code = fix_report(model, given, str(output) if output is not None else None, dry_run, min_eps,
+                            TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine), trace,
+                            output_format.value)
+    _write_stdout(text)
+    return code
+
+
 def _rule_named(rule: str, extra: list[str]) -> Rule:
     """The rule with this id (PA101) or name (eps-underflow); one line and exit 2 if there is none."""
     from .errors import InputError

@@ -1,0 +1,121 @@
+"""Guards for an unguarded Log, Sqrt, Div or Reciprocal (PA301-PA304), where a clamp is the documented fix.
+
+The guarded input becomes Max(x, c), c the smallest normal number of the compute dtype (or --min-eps; 0 for a
+Sqrt, which needs no more than non-negative): a new Max node and a new scalar initializer, in the dtype the model
+stores x. Where x already comes from a Max or Clip of a constant that is 0.0 or subnormal there (a clamp(min=1e-12)
+in float16), that constant is replaced instead. A signed divisor is left alone: clamping it would change the sign
+of every negative value."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..analysis.constants import resolve_scalar
+from ..dtypes import round_to_format
+from ..escape import printable
+from ..ir import Node
+from .common import float_dtype, scalar_input, stored_array
+from .plan import Check, Context, Group, Repair
+
+__all__ = ["guard"]
+
+_GUARDED = {"Log": 0, "Sqrt": 0, "Reciprocal": 0, "Div": 1}
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def guard(ctx: Context, group: Group, rule_ids: list[str]) -> Repair | str:
+    node = group.node
+    site = group.site("log", "sqrt", "div", "reciprocal")
+    facts = site.facts if site is not None else {}
+    index = _GUARDED.get(node.op_type)
+    if index is None or node.input(index) is None:
+        return f"no guardable input on a {node.op_type}"
+    cls = facts.get("divisor_class") if node.op_type in ("Div", "Reciprocal") else facts.get("input_class")
+    if node.op_type in ("Div", "Reciprocal") and cls == "signed":
+        return ("the divisor can be negative: a clamp would change the sign of every negative value; guard it by hand "
+                "(x / where(|d| < eps, eps·sign(d), d))")
+    value = node.inputs[index]
+    floor = 0.0 if node.op_type == "Sqrt" else max(float(facts.get("fmt_smallest_normal") or 0.0), ctx.min_eps or 0.0)
+    if node.op_type == "Sqrt" and ctx.min_eps:
+        floor = 0.0  # a clamp at 0 is all a square root needs
+    fmt_name = facts.get("compute_dtype", "")
+    edit = ctx.edit
+    existing = _existing_guard(ctx, value, facts)
+    compared = None if node.subgraph_path else node.outputs[0].name
+    words = (f"exact wherever the guarded value is at least {_fmt(floor)}; below it the clamp's value is used "
+             f"(log, 1/x or sqrt of {_fmt(floor)} instead of -inf, inf or NaN)")
+    if existing is not None:
+        guard_node, c_index, old = existing
+        name = edit.unique(f"{guard_node.name}/precaudit_guard")
+        source = guard_node.inputs[c_index]
+        array = stored_array(floor, float_dtype(source), ())
+
+        def apply_raise() -> None:
+            edit.add_named_initializer(guard_node, name, array)
+            edit.set_input(guard_node, c_index, name)
+
+        edit.touched.update({id(node), id(guard_node)})
+        stat = guard_node.inputs[1 - c_index] if guard_node.op_type != "Clip" else guard_node.inputs[0]
+        check = Check("guard", value=compared, stat=stat.name if stat is not None else None, threshold=floor) \
+            if compared else Check("none")
+        return Repair("guard-raise", node, rule_ids,
+                      f"{guard_node.op_type} '{printable(guard_node.name)}' clamps at {_fmt(old)}, "
+                      f"{_class(old, facts)} in {fmt_name}",
+                      f"clamps at {_fmt(floor)} (new initializer '{printable(name)}')", words, check, apply_raise,
+                      nodes=[guard_node.name], changed=[name])
+    clamp = edit.unique(f"{node.name}/precaudit_floor")
+    out = edit.unique(f"{value.name}/precaudit_guarded")
+    maxnode = edit.make_node("Max", [value.name, clamp], [out], f"{node.name}/precaudit_guard")
+    array = stored_array(floor, float_dtype(value), ())
+
+    def apply() -> None:
+        edit.add_named_initializer(node, clamp, array)
+        edit.insert_before(node, maxnode)
+        edit.set_input(node, index, out)
+
+    edit.touched.add(id(node))
+    what = {"Log": "log(x)", "Sqrt": "sqrt(x)", "Reciprocal": "1/x", "Div": "y / x"}[node.op_type]
+    check = Check("guard", value=compared, stat=value.name, threshold=floor) if compared else Check("none")
+    return Repair("guard", node, rule_ids, f"{what} with x from {facts.get('input_op') or facts.get('divisor_op')}, "
+                  f"unguarded in {fmt_name}", f"{what.replace('x', f'max(x, {_fmt(floor)})', 1) if node.op_type != 'Div' else f'y / max(x, {_fmt(floor)})'} "
+                  f"(new Max '{printable(maxnode.name)}')", words, check, apply, nodes=[maxnode.name],
+                  changed=[clamp, out])
+
+
+def _class(value: float, facts: dict) -> str:
+    fmt_normal = float(facts.get("fmt_smallest_normal") or 0.0)
+    return "0.0" if value == 0 else "subnormal" if abs(value) < fmt_normal else "normal"
+
+
+def _existing_guard(ctx: Context, value, facts: dict) -> tuple[Node, int, float] | None:
+    """A Max(x, c) or Clip(x, min=c) right under the guarded input whose c is 0.0 or subnormal in the compute
+    dtype: (that node, c's input index, c as written)."""
+    node = value.producer
+    while node is not None and node.op_type in ("Cast", "Identity"):
+        node = node.inputs[0].producer if node.input(0) is not None else None
+    if node is None or node.op_type not in ("Max", "Clip"):
+        return None
+    if node.op_type == "Clip":
+        if node.input(1) is None:
+            return None
+        index = 1
+    else:
+        index = scalar_input(node)
+        if index is None or len(node.inputs) != 2:
+            return None
+    const = resolve_scalar(node.inputs[index])
+    if const is None:
+        return None
+    fmt_normal = float(facts.get("fmt_smallest_normal") or 0.0)
+    from ..dtypes import FORMATS
+    fmt = next((f for f in FORMATS.values() if f.long_name == facts.get("compute_dtype")), None)
+    rounded = round_to_format(const.value, fmt) if fmt is not None else const.value
+    if rounded >= fmt_normal:
+        return None
+    return node, index, const.value
+
+
+_ = np

@@ -1,0 +1,174 @@
+"""A fix as people read it (text: each repair's node, before → after and tolerance, what was left and why, the
+checks) and as scripts read it (JSON: the same, raw names)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from typing import Any
+
+from ..escape import encodable, printable
+from .check import Emulated
+from .run import FixResult
+
+__all__ = ["render_text", "render_json", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+
+
+def _num(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _g(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return "inf" if math.isinf(x) else f"{x:.3g}"
+
+
+def render_text(result: FixResult) -> str:
+    p = printable
+    head = f"{p(result.model)}"
+    if result.dry_run:
+        head += f"  (--dtype {result.target.name}, --dry-run: the plan only, nothing written)"
+    else:
+        head += f" → {p(result.output or '')}  (--dtype {result.target.name})"
+    lines = [head]
+    plan = result.plan
+    if not plan.repairs and not plan.skipped:
+        lines.append("  nothing to repair: the audit finds nothing here")
+    for r in plan.repairs:
+        lines.append(f"  repair  {r.kind}  node '{p(r.node.name)}' ({p(r.node.op_type)})  {r.rule_text}")
+        lines.append(f"          before: {p(r.before)}")
+        lines.append(f"          after:  {p(r.after)}")
+        lines.append(f"          tolerance in float32: {p(r.tolerance)}")
+        if r.within is not None:
+            verdict = "within" if r.within else "BEYOND"
+            extra = f"; {r.clamped} element{'s' * (r.clamped != 1)} clamped" if r.clamped else ""
+            extra += f"; {r.made_finite} inf/NaN element{'s' * (r.made_finite != 1)} now finite" if r.made_finite else ""
+            lines.append(f"          measured: {_g(r.difference)} relative, {verdict} its bound {_g(r.bound)}{extra}")
+        for note in r.notes:
+            lines.append(f"          note: {p(note)}")
+        if r.still_flagged:
+            lines.append(f"          the re-audit still finds {', '.join(r.still_flagged)} here")
+    for s in plan.skipped:
+        lines.append(f"  left    {s.rule_id} {p(s.rule_name)}  node '{p(s.node.name)}' ({p(s.node.op_type)}): {p(s.reason)}")
+        if s.keep_fp32:
+            lines.append(f"          keep in float32: {_names(s.keep_fp32)}")
+    for note in plan.notes:
+        lines.append(f"  note: {p(note)}")
+    if result.comparison is not None:
+        c = result.comparison
+        largest = c.largest
+        how = " (the model is stored in a narrow type: read as float32 for this)" if c.widened else ""
+        if largest is not None:
+            lines.append(f"  float32 check (onnxruntime, {p(result.inputs)}){how}: largest output difference "
+                         f"{_g(largest.max_abs)} (relative {_g(largest.relative)}) at '{p(largest.name)}'")
+        for d in c.outputs:
+            if d.nonfinite_before != d.nonfinite_after:
+                lines.append(f"          output '{p(d.name)}': {d.nonfinite_before} inf/NaN elements before, "
+                             f"{d.nonfinite_after} after")
+    if result.compare_problem is not None:
+        lines.append(f"  float32 check: not run: {p(result.compare_problem)}")
+    if result.after is not None:
+        remain = Counter(f.rule_id for f in result.after)
+        shown = ", ".join(f"{rule} ×{n}" for rule, n in sorted(remain.items()))
+        lines.append(f"  re-audit: {result.fixed_count} finding{'s' * (result.fixed_count != 1)} fixed, "
+                     f"{len(result.after)} remain" + (f" ({shown})" if shown else ""))
+    elif result.dry_run and plan.repairs:
+        covered = sum(len(r.rules) for r in plan.repairs)
+        lines.append(f"  plan: {len(plan.repairs)} repair{'s' * (len(plan.repairs) != 1)} for {covered} of "
+                     f"{len(result.before)} findings; {len(plan.skipped)} left")
+    if result.trace is not None:
+        lines += _trace_table(result)
+    if result.written:
+        where = ""
+        if result.external:
+            files = ", ".join(f"'{p(f)}'" for f in result.external)
+            where = f" (external data: reads {files} in place; nothing copied, the data files unchanged)"
+        lines.append(f"  wrote {p(result.output or '')}{where}")
+    elif not result.dry_run and plan.repairs:
+        for problem in result.problems:
+            lines.append(f"  problem: {p(problem)}")
+        lines.append("  the fixed model was NOT written")
+    return "\n".join(lines) + "\n"
+
+
+def _trace_table(result: FixResult) -> list[str]:
+    before, after = result.trace
+    name = result.target.long_name
+
+    def finite(e: Emulated) -> str:
+        return "yes" if e.finite else f"no ({e.nonfinite_fraction:.3g} of the output elements inf/NaN)"
+
+    rows = [("outputs finite", finite(before), finite(after)),
+            ("output error", _g(before.error), _g(after.error)),
+            ("first inf/NaN", f"'{printable(before.first_nonfinite)}'" if before.first_nonfinite else "—",
+             f"'{printable(after.first_nonfinite)}'" if after.first_nonfinite else "—")]
+    width = max(len(r[1]) for r in rows) + 2
+    lines = [f"  emulated {name} (--trace, {printable(result.inputs)}):", f"    {'':<16}{'original':<{width}}fixed"]
+    lines += [f"    {label:<16}{a:<{width}}{b}" for label, a, b in rows]
+    return lines
+
+
+def _names(names: list[str], limit: int = 6) -> str:
+    shown = [f"'{printable(n)}'" for n in names]
+    if len(shown) > limit:
+        shown = [*shown[:3], f"… ({len(shown) - 5} more)", *shown[-2:]]
+    return f"{len(names)} node{'s' * (len(names) != 1)} " + ", ".join(shown)
+
+
+def _emulated(e: Emulated) -> dict[str, Any]:
+    return {"outputs_finite": e.finite, "nonfinite_fraction": e.nonfinite_fraction, "output_error": _num(e.error),
+            "first_nonfinite": e.first_nonfinite}
+
+
+def render_json(result: FixResult) -> str:
+    plan = result.plan
+    data: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "model": result.model,
+        "output": result.output,
+        "dtype": result.target.name,
+        "dry_run": result.dry_run,
+        "written": result.written,
+        "repairs": [{
+            "kind": r.kind, "node": r.node.name, "op": r.node.op_type, "rules": r.rules, "before": r.before,
+            "after": r.after, "tolerance": r.tolerance, "nodes": r.nodes, "notes": r.notes,
+            "float32": None if r.within is None else {"difference": _num(r.difference), "bound": _num(r.bound),
+                                                      "within": r.within, "clamped": r.clamped,
+                                                      "made_finite": r.made_finite},
+            "still_flagged": r.still_flagged if result.after is not None else None,
+        } for r in plan.repairs],
+        "left": [{"rule_id": s.rule_id, "rule_name": s.rule_name, "node": s.node.name, "op": s.node.op_type,
+                  "reason": s.reason, "keep_fp32": s.keep_fp32} for s in plan.skipped],
+        "notes": plan.notes,
+        "reaudit": None if result.after is None else {
+            "before": len(result.before), "fixed": result.fixed_count, "remain": len(result.after),
+            "remaining": [{"rule_id": f.rule_id, "node": f.node_name} for f in result.after],
+            "new": [{"rule_id": f.rule_id, "node": f.node_name} for f in result.new]},
+        "float32": None if result.comparison is None else {
+            "inputs": result.inputs, "widened": result.comparison.widened,
+            "outputs": [{"name": d.name, "max_abs_difference": _num(d.max_abs), "relative": _num(d.relative),
+                         "nonfinite_before": d.nonfinite_before, "nonfinite_after": d.nonfinite_after,
+                         "elements": d.elements} for d in result.comparison.outputs]},
+        "float32_not_run": result.compare_problem,
+        "emulated": None if result.trace is None else {
+            "dtype": result.target.name, "inputs": result.inputs,
+            "original": _emulated(result.trace[0]), "fixed": _emulated(result.trace[1])},
+        "external_data": result.external,
+        "problems": result.problems,
+    }
+    return json.dumps(_encodable(data), indent=2, ensure_ascii=False) + "\n"
+
+
+def _encodable(value: Any) -> Any:
+    """Names carry raw, but a lone surrogate (a name that is not UTF-8) cannot be written: escape just those."""
+    if isinstance(value, str):
+        return encodable(value)
+    if isinstance(value, list):
+        return [_encodable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _encodable(v) for k, v in value.items()}
+    return value
