@@ -8,8 +8,6 @@ of every negative value."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..analysis.constants import resolve_scalar
 from ..dtypes import round_to_format
 from ..escape import printable
@@ -77,17 +75,21 @@ def guard(ctx: Context, group: Group, rule_ids: list[str]) -> Repair | str:
         edit.set_input(node, index, out)
 
     edit.touched.add(id(node))
-    what = {"Log": "log(x)", "Sqrt": "sqrt(x)", "Reciprocal": "1/x", "Div": "y / x"}[node.op_type]
+    form = {"Log": "log({})", "Sqrt": "sqrt({})", "Reciprocal": "1/{}", "Div": "y / {}"}[node.op_type]
+    source = facts.get("divisor_op") if node.op_type in ("Div", "Reciprocal") else facts.get("input_op")
     check = Check("guard", value=compared, stat=value.name, threshold=floor) if compared else Check("none")
-    return Repair("guard", node, rule_ids, f"{what} with x from {facts.get('input_op') or facts.get('divisor_op')}, "
-                  f"unguarded in {fmt_name}", f"{what.replace('x', f'max(x, {_fmt(floor)})', 1) if node.op_type != 'Div' else f'y / max(x, {_fmt(floor)})'} "
-                  f"(new Max '{printable(maxnode.name)}')", words, check, apply, nodes=[maxnode.name],
+    return Repair("guard", node, rule_ids, f"{form.format('x')}, x from {source}, unguarded in {fmt_name}",
+                  f"{form.format(f'max(x, {_fmt(floor)})')} (new Max '{printable(maxnode.name)}')", words, check,
+                  apply, nodes=[maxnode.name],
                   changed=[clamp, out])
 
 
 def _class(value: float, facts: dict) -> str:
-    fmt_normal = float(facts.get("fmt_smallest_normal") or 0.0)
-    return "0.0" if value == 0 else "subnormal" if abs(value) < fmt_normal else "normal"
+    """What the constant is in the compute dtype: 0.0 where it rounds away, else subnormal."""
+    from ..dtypes import FORMATS
+    fmt = next((f for f in FORMATS.values() if f.long_name == facts.get("compute_dtype")), None)
+    rounded = round_to_format(value, fmt) if fmt is not None else value
+    return "0.0" if rounded == 0 else "subnormal"
 
 
 def _existing_guard(ctx: Context, value, facts: dict) -> tuple[Node, int, float] | None:
@@ -117,5 +119,3 @@ def _existing_guard(ctx: Context, value, facts: dict) -> tuple[Node, int, float]
         return None
     return node, index, const.value
 
-
-_ = np

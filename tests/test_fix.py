@@ -1,0 +1,385 @@
+"""precaudit fix: each repair on its fixture (the finding before, gone after, the node, before → after), the fixed
+model's float32 outputs against the original, an emulated float16 run that is NaN before and clean after, hostile
+names and paths, external data kept external, --dry-run, and real transformers exports."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from fixtures import fix_models
+from fixtures.onnx_builders import chain_model, decomposed_layernorm, fused_norm, log_of, save
+from precaudit.cli import main
+
+
+def fix_json(capsys, model: Path, *args: str, out: Path | None = None) -> tuple[int, dict]:
+    """Exit code and the JSON report of `precaudit fix MODEL -o OUT ARGS --format json`."""
+    out = out if out is not None else model.with_name(model.stem + "_fixed.onnx")
+    code = main(["fix", str(model), "-o", str(out), *map(str, args), "--format", "json"])
+    captured = capsys.readouterr()
+    return code, json.loads(captured.out) if captured.out.strip() else {"stderr": captured.err}
+
+
+def fix_text(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["fix", *map(str, args)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def audit(capsys, model: Path, *args: str) -> set[tuple[str, str]]:
+    """The (rule, node) findings of a plain audit of the model."""
+    main([str(model), "--format", "json", "--exit-zero", *args])
+    report = json.loads(capsys.readouterr().out)
+    assert report["errors"] == []
+    return {(r["rule_id"], r["node_name"]) for r in report["results"]}
+
+
+def run_fp32(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def initializer(path: Path, name: str) -> np.ndarray:
+    m = onnx.load(str(path), load_external_data=False)
+    return numpy_helper.to_array(next(t for t in m.graph.initializer if t.name == name))
+
+
+def node(path: Path, name: str) -> onnx.NodeProto:
+    return next(n for n in onnx.load(str(path), load_external_data=False).graph.node if n.name == name)
+
+
+# ---- each repair on its fixture ------------------------------------------------------------------------------
+
+def _ln_fp32(folder):
+    return fix_models.layernorm(folder / "ln.onnx")
+
+
+def _ln_fp16_chain(folder):
+    return save(decomposed_layernorm(1e-6, dtype="fp16")[0], folder / "ln16.onnx")
+
+
+def _fused_stash0(folder):
+    return save(fused_norm("LayerNormalization", "fp16", epsilon=1e-12, stash_type=0), folder / "fused.onnx")
+
+
+def _instance_norm(folder):
+    return save(fused_norm("InstanceNormalization", "fp16", epsilon=1e-5), folder / "inorm.onnx")
+
+
+def _eps_after_root(folder):
+    m = chain_model([("Mul", ["x", "x"], "sq"), ("ReduceSum", ["sq", "axes"], "ss"), ("Sqrt", ["ss"], "n"),
+                     ("Add", ["n", "eps"], "after"), ("Div", ["x", "after"], "div")], dtype="fp32",
+                    consts={"eps": 1e-3})
+    m.graph.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), "axes"))
+    return save(m, folder / "after.onnx")
+
+
+def _l2_no_eps(folder):
+    return save(chain_model([("ReduceL2", ["x"], "n", {"axes": [-1]}), ("Div", ["x", "n"], "div")]),
+                folder / "l2.onnx")
+
+
+def _naive_softmax(folder):
+    return fix_models.hot_softmax(folder / "softmax.onnx", scale=1.0, dtype="fp16")
+
+
+def _log_relu(folder):
+    return save(chain_model([("Relu", ["x"], "r"), ("Log", ["r"], "log")]), folder / "logrelu.onnx")
+
+
+def _div_relu(folder):
+    return save(chain_model([("Relu", ["z"], "r"), ("Div", ["x", "r"], "div")], inputs=("x", "z")),
+                folder / "divrelu.onnx")
+
+
+def _max_guard_1e12(folder):
+    return save(chain_model([("Abs", ["x"], "a"), ("Max", ["a", "eps"], "guard"), ("Div", ["x", "guard"], "div")],
+                            dtype="fp32", consts={"eps": 1e-12}), folder / "maxguard.onnx")
+
+
+def _mask_fill(folder):
+    return save(chain_model([("Mul", ["x", "fill"], "masked_fill"), ("Softmax", ["masked_fill"], "p", {"axis": -1})],
+                            dtype="fp32", consts={"fill": float(np.finfo(np.float32).min)}), folder / "mask.onnx")
+
+
+def _mean_pooling(folder):
+    from fixtures.PA304_division_by_count import pooling
+    return save(pooling(), folder / "pooling.onnx")
+
+
+# (builder, dtype, kind, rules, node, text in before, text in after)
+REPAIRS = [
+    (_ln_fp32, "fp16", "eps-raise", ["PA101"], "add_eps", "eps 1e-12 (initializer 'eps')", "eps 6.104e-05"),
+    (_ln_fp16_chain, "fp16", "norm-float32", ["PA208", "PA102"], "add_eps", "computing in float16",
+     "statistics in float32"),
+    (_fused_stash0, "fp16", "stash-type", ["PA101"], "norm", "stash_type=0", "stash_type=1"),
+    (_instance_norm, "fp16", "eps-raise", ["PA102"], "norm", "epsilon 1e-05", "epsilon 6.104e-05"),
+    (_eps_after_root, "fp16", "eps-inside-root", ["PA104"], "after", "sqrt(var) + 0.001", "sqrt(var + 0.001)"),
+    (_l2_no_eps, "fp16", "eps-add", ["PA105"], "n", "x / ||x|| with no eps", "x / max(||x||, 6.104e-05)"),
+    (lambda f: save(log_of("Softmax"), f / "ls.onnx"), "fp16", "log-softmax", ["PA201"], "log", "Log(Softmax(x))",
+     "LogSoftmax(x, axis -1)"),
+    (lambda f: save(chain_model([("Sigmoid", ["x"], "s"), ("Log", ["s"], "log")]), f / "lsig.onnx"), "fp16",
+     "log-sigmoid", ["PA202"], "log", "Log(Sigmoid(x))", "-Softplus(-x)"),
+    (_naive_softmax, "fp16", "max-shift", ["PA203"], "softmax", "exp(x) / sum(exp(x))", "exp(x - max(x))"),
+    (lambda f: fix_models.logsumexp(f / "lse0.onnx", keepdims=0), "fp16", "logsumexp-shift", ["PA204"], "lse",
+     "log(sum(exp(x)))", "max(x) + log(sum(exp(x - max(x))))"),
+    (lambda f: fix_models.logsumexp(f / "lse1.onnx", keepdims=1), "fp16", "logsumexp-shift", ["PA204"], "lse",
+     "log(sum(exp(x)))", "max(x) + log(sum(exp(x - max(x))))"),
+    (_log_relu, "fp16", "guard", ["PA301"], "log", "log(x), x from Relu", "log(max(x, 6.104e-05))"),
+    (_div_relu, "fp16", "guard", ["PA303"], "div", "y / x, x from Relu", "y / max(x, 6.104e-05)"),
+    (_mean_pooling, "fp16", "guard", ["PA304"], "mean", "y / x, x from ReduceSum", "y / max(x, 6.104e-05)"),
+    (_max_guard_1e12, "fp16", "guard-raise", ["PA303"], "div", "clamps at 1e-12, 0.0 in float16",
+     "clamps at 6.104e-05"),
+    (_mask_fill, "fp16", "mask-fill", ["PA209"], "masked_fill", "fill -3.403e+38", "fill -65504, finfo(float16).min"),
+]
+
+
+@pytest.mark.parametrize("build, dtype, kind, rules, node_name, before, after", REPAIRS,
+                         ids=[r[2] + "-" + "-".join(r[3]) for r in REPAIRS])
+def test_each_repair_on_its_fixture(capsys, tmp_path, build, dtype, kind, rules, node_name, before, after):
+    model = build(tmp_path)
+    found = audit(capsys, model, "--dtype", dtype)
+    assert {(r, node_name) for r in rules} <= found
+    code, report = fix_json(capsys, model, "--dtype", dtype)
+    assert code == 0 and report["written"] and report["problems"] == []
+    [repair] = [r for r in report["repairs"] if r["kind"] == kind]
+    assert repair["node"] == node_name and repair["rules"] == rules
+    assert before in repair["before"] and after in repair["after"]
+    assert repair["still_flagged"] == []
+    checked = repair["float32"]
+    assert checked is not None and checked["within"] and checked["difference"] <= checked["bound"]
+    fixed = Path(report["output"])
+    onnx.checker.check_model(str(fixed), full_check=True)
+    assert not {(r, node_name) for r in rules} & audit(capsys, fixed, "--dtype", dtype)
+
+
+def test_an_eps_raise_writes_a_new_initializer_in_the_stored_dtype_and_leaves_the_shared_one(capsys, tmp_path):
+    model = fix_models.shared_eps(tmp_path / "shared.onnx")
+    code, report = fix_json(capsys, model)
+    assert code == 0
+    [repair] = report["repairs"]
+    assert repair["notes"] == ["'eps' stays as it is for 1 other reader"]
+    fixed = Path(report["output"])
+    new = initializer(fixed, "add_eps/precaudit_eps")
+    assert new.dtype == np.float32 and new == np.float32(2.0 ** -14)  # the smallest normal float16, exactly
+    assert initializer(fixed, "eps") == np.float32(1e-12)
+    assert list(node(fixed, "bias_add").input) == ["x", "eps"]
+    assert list(node(fixed, "add_eps").input) == ["var", "add_eps/precaudit_eps"]
+    # in float16 the stored eps is the same number, and in a float16 model the new initializer is float16
+    m16 = save(decomposed_layernorm(1e-12, dtype="fp16", eps_at="constant")[0], tmp_path / "ln16.onnx")
+    _, report = fix_json(capsys, m16, "--select", "PA106", "--min-eps", "1e-4")
+    [repair] = report["repairs"]
+    assert repair["kind"] == "norm-float32" and "eps stored as 0.0 raised to 0.0001" in repair["after"]
+
+
+def test_min_eps(capsys, tmp_path):
+    model = fix_models.layernorm(tmp_path / "ln.onnx")
+    code, report = fix_json(capsys, model, "--min-eps", "1e-4")
+    assert code == 0 and report["repairs"][0]["after"].startswith("eps 0.0001 ")
+    assert initializer(Path(report["output"]), "add_eps/precaudit_eps") == np.float32(1e-4)
+    code, out, err = fix_text(capsys, model, "-o", tmp_path / "x.onnx", "--min-eps", "1e-9")
+    assert code == 2 and "--min-eps 1e-09: choose a value from 6.104e-05" in err
+
+
+def test_what_fix_leaves_alone_says_why(capsys, tmp_path):
+    model = fix_models.layernorm(tmp_path / "ln.onnx")
+    code, report = fix_json(capsys, model)
+    [left] = report["left"]
+    assert left["rule_id"] == "PA208" and "a Cast to float32 written into it is a no-op" in left["reason"]
+    assert left["keep_fp32"] == ["mean", "sub", "pow", "var", "add_eps", "sqrt", "div"]
+    assert report["reaudit"] == {"before": 2, "fixed": 1, "remain": 1, "new": [],
+                                 "remaining": [{"rule_id": "PA208", "node": "add_eps"}]}
+    # log1p: ONNX has no Log1p op; with nothing to repair, nothing is written
+    m = save(chain_model([("Add", ["x", "one"], "a"), ("Log", ["a"], "log")], consts={"one": 1.0}), tmp_path / "l.onnx")
+    out = tmp_path / "l_fixed.onnx"
+    code, report = fix_json(capsys, m, out=out)
+    assert code == 0 and not report["written"] and not out.exists()
+    assert report["repairs"] == [] and "ONNX has no Log1p op" in report["left"][0]["reason"]
+
+
+# ---- float32 outputs and the emulated run -------------------------------------------------------------------
+
+def test_fixed_float32_outputs_match_the_original(capsys, tmp_path):
+    """Exact rewrites (max shift, LogSoftmax, -Softplus(-x), the mask fill at its softmax) in one model: its
+    outputs agree within float32 rounding, checked here with onnxruntime apart from precaudit's own check."""
+    model = fix_models.several(tmp_path / "several.onnx")
+    code, report = fix_json(capsys, model)
+    assert code == 0 and sorted(r["kind"] for r in report["repairs"]) == \
+        ["log-sigmoid", "log-softmax", "mask-fill", "max-shift"]
+    assert all(r["float32"]["within"] and r["float32"]["bound"] == 1e-5 for r in report["repairs"])
+    [out] = report["float32"]["outputs"]
+    assert out["name"] == "y" and out["relative"] < 1e-6
+    x = {"x": np.random.default_rng(3).standard_normal((2, 8)).astype(np.float32)}
+    [a], [b] = run_fp32(model, x), run_fp32(Path(report["output"]), x)
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_an_eps_raise_is_within_its_bound(capsys, tmp_path):
+    """The norm's rows are scaled by sqrt((var + 1e-12)/(var + 6.1e-5)): the bound is computed from the variances
+    the original computes on the same inputs, and the difference measured against it."""
+    model = fix_models.layernorm(tmp_path / "ln.onnx")
+    code, report = fix_json(capsys, model)
+    f32 = report["repairs"][0]["float32"]
+    assert 0 < f32["difference"] <= f32["bound"] < 1e-3
+    x = {"x": np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)}
+    [a], [b] = run_fp32(model, x), run_fp32(Path(report["output"]), x)
+    var = x["x"].var(axis=-1, keepdims=True)
+    np.testing.assert_allclose(b, a * np.sqrt((var + 1e-12) / (var + 2.0 ** -14)), rtol=1e-5)
+
+
+def test_an_emulated_float16_run_that_is_nan_before_and_clean_after(capsys, tmp_path):
+    model = fix_models.hot_softmax(tmp_path / "hot.onnx")
+    code, report = fix_json(capsys, model, "--trace")
+    assert code == 0
+    before, after = report["emulated"]["original"], report["emulated"]["fixed"]
+    assert not before["outputs_finite"] and before["first_nonfinite"] == "exp" and before["output_error"] is None
+    assert after["outputs_finite"] and after["nonfinite_fraction"] == 0 and after["output_error"] < 1e-2
+    code, text, _ = fix_text(capsys, model, "-o", tmp_path / "hot2.onnx", "--trace")
+    assert "emulated float16 (--trace, 1 synthesized sample (seed 0)):" in text
+    assert "outputs finite  no (" in text and "first inf/NaN   'exp'" in text
+
+
+def test_given_inputs_a_constant_row_divides_zero_by_zero_before_and_not_after(capsys, tmp_path):
+    """eps 1e-12 is 0.0 in float16: a row of equal values gives 0/0 there; raised to 6.1e-5 it gives 0."""
+    model = fix_models.layernorm(tmp_path / "ln.onnx")
+    batch = tmp_path / "rows.npz"
+    x = np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)
+    x[1] = 3.0
+    np.savez(batch, x=x)
+    code, report = fix_json(capsys, model, "--trace", "--inputs", batch)
+    assert code == 0 and report["float32"]["inputs"] == f"inputs from {batch}"
+    assert not report["emulated"]["original"]["outputs_finite"]
+    assert report["emulated"]["fixed"]["outputs_finite"]
+    [a], [b] = run_fp32(model, {"x": x}), run_fp32(Path(report["output"]), {"x": x})
+    np.testing.assert_array_equal(b[1], 0.0)  # 0 / sqrt(0 + 1e-12) = 0 in float32 too: no difference there
+
+
+# ---- hostile input --------------------------------------------------------------------------------------------
+
+def test_names_with_control_characters_print_escaped(capsys, tmp_path):
+    folder = tmp_path / "evil\x1b[31mdir"
+    folder.mkdir()
+    model = fix_models.hostile_names(folder / "m\nx.onnx")
+    code, text, err = fix_text(capsys, model, "-o", folder / "fixed.onnx")
+    assert code == 0, err
+    assert "\x1b" not in text and "\u202e" not in text and "\nerror PA999" not in text
+    assert "node 'log\\nerror PA999 forged\\u202e' (Log)" in text and "'probs\\x1b[31m'" in text
+    assert "evil\\x1b[31mdir/m\\nx.onnx" in text
+    code, report = fix_json(capsys, model, out=folder / "fixed2.onnx")
+    assert report["repairs"][0]["node"] == "log\nerror PA999 forged\u202e"  # JSON carries the raw name
+
+
+def test_output_over_an_input_is_refused(capsys, tmp_path):
+    model = fix_models.external_weight(tmp_path / "m.onnx")
+    data = tmp_path / "weights.data"
+    digest = hashlib.sha256(data.read_bytes()).hexdigest()
+    os.link(model, tmp_path / "alias.onnx")
+    for target in (model, data, tmp_path / "alias.onnx"):
+        code, out, err = fix_text(capsys, model, "-o", target)
+        assert code == 2 and out == ""
+        assert "refusing to write the fixed model over one of the inputs" in err
+    batch = tmp_path / "x.npz"
+    np.savez(batch, x=np.zeros((2, 512), np.float32))
+    code, _, err = fix_text(capsys, model, "-o", batch, "--inputs", batch)
+    assert code == 2 and "over one of the inputs" in err
+    assert hashlib.sha256(data.read_bytes()).hexdigest() == digest
+
+
+# ---- external data ----------------------------------------------------------------------------------------
+
+def test_external_weights_stay_external_and_the_data_file_is_unchanged(capsys, tmp_path):
+    model = fix_models.external_weight(tmp_path / "m.onnx")
+    data = tmp_path / "weights.data"
+    assert data.stat().st_size == fix_models.WEIGHT_ROWS * fix_models.WEIGHT_COLS * 4 > 1 << 20
+    before = (hashlib.sha256(data.read_bytes()).hexdigest(), data.stat().st_mtime_ns, data.stat().st_ino)
+    code, report = fix_json(capsys, model, out=tmp_path / "fixed.onnx")
+    assert code == 0 and report["written"] and report["external_data"] == ["weights.data"]
+    fixed = tmp_path / "fixed.onnx"
+    assert fixed.stat().st_size < 10_000  # the graph only: the weight is not in it
+    [w] = [t for t in onnx.load(str(fixed), load_external_data=False).graph.initializer if t.name == "W"]
+    assert w.data_location == onnx.TensorProto.EXTERNAL
+    assert {e.key: e.value for e in w.external_data}["location"] == "weights.data"
+    assert (hashlib.sha256(data.read_bytes()).hexdigest(), data.stat().st_mtime_ns, data.stat().st_ino) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fixed.onnx", "m.onnx", "weights.data"]
+    x = {"x": np.random.default_rng(0).standard_normal((2, 512)).astype(np.float32)}
+    np.testing.assert_allclose(run_fp32(fixed, x)[0], run_fp32(model, x)[0], rtol=1e-3, atol=1e-3)
+
+
+def test_external_data_outside_the_fixed_models_folder(capsys, tmp_path):
+    """A model reads external data only from inside its folder: a fixed model one folder up points into the
+    model's folder; one in a sibling folder cannot reach the data and is refused (nothing copied)."""
+    model = fix_models.external_weight(tmp_path / "models" / "m.onnx")
+    code, report = fix_json(capsys, model, out=tmp_path / "fixed.onnx")
+    assert code == 0 and report["external_data"] == ["models/weights.data"]
+    onnx.checker.check_model(str(tmp_path / "fixed.onnx"), full_check=True)
+    (tmp_path / "elsewhere").mkdir()
+    code, out, err = fix_text(capsys, model, "-o", tmp_path / "elsewhere" / "fixed.onnx")
+    assert code == 2 and "cannot reach" in err and "Write the fixed model next to the original" in err
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_dry_run_writes_nothing(capsys, tmp_path):
+    model = fix_models.layernorm(tmp_path / "ln.onnx")
+    out = tmp_path / "fixed.onnx"
+    code, text, _ = fix_text(capsys, model, "-o", out, "--dry-run")
+    assert code == 0 and not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["ln.onnx"]
+    assert "--dry-run: the plan only, nothing written" in text
+    assert "repair  eps-raise  node 'add_eps' (Add)  PA101" in text and "after:  eps 6.104e-05" in text
+    assert "plan: 1 repair for 1 of 2 findings; 1 left" in text
+    code, text, _ = fix_text(capsys, model, "--dry-run")  # no -o needed for a plan
+    assert code == 0 and "repair  eps-raise" in text
+    code, _, err = fix_text(capsys, model)
+    assert code == 2 and "give -o FIXED.onnx" in err
+
+
+# ---- real exports ----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from fixtures.torch_exports import HF_CASES, export
+
+    folder = tmp_path_factory.mktemp("exports")
+    cases = {c.name: c for c in HF_CASES}
+    return {name: export(cases[name], "ts14", "fp32", folder) for name in ("hf_bert", "hf_gpt2_attention_mask")}
+
+
+def test_a_bert_export_is_fixed_and_reaudits_clean_for_pa101(capsys, exports):
+    """transformers BERT, TorchScript, opset 14, fp32: three decomposed LayerNorms with eps 1e-12, 0.0 in float16."""
+    model = exports["hf_bert"]
+    assert audit(capsys, model) >= {("PA101", f"/model/{n}/LayerNorm/Add") for n in
+                                    ("embeddings", "encoder/layer.0/attention/output", "encoder/layer.0/output")}
+    code, report = fix_json(capsys, model, "--trace")
+    assert code == 0 and report["written"]
+    assert [(r["kind"], r["rules"]) for r in report["repairs"]] == [("eps-raise", ["PA101"])] * 3
+    assert all(r["float32"]["within"] for r in report["repairs"])
+    assert report["reaudit"]["fixed"] == 3 and {f["rule_id"] for f in report["reaudit"]["remaining"]} == {"PA208"}
+    fixed = Path(report["output"])
+    onnx.checker.check_model(str(fixed), full_check=True)
+    assert not any(rule == "PA101" for rule, _ in audit(capsys, fixed))
+    assert report["float32"]["outputs"][0]["relative"] < 1e-3
+    assert report["emulated"]["fixed"]["outputs_finite"]
+
+
+def test_a_gpt2_export_gets_its_mask_fill_and_eps_fixed(capsys, exports):
+    """GPT-2 with an attention mask (TorchScript, opset 14, fp32): the eager mask fill finfo(float32).min is -inf
+    in float16 (PA209) and the LayerNorms' eps 1e-5 subnormal (PA102)."""
+    model = exports["hf_gpt2_attention_mask"]
+    code, report = fix_json(capsys, model)
+    assert code == 0 and report["written"]
+    kinds = sorted(r["kind"] for r in report["repairs"])
+    assert kinds == ["eps-raise"] * 3 + ["mask-fill"]
+    assert all(r["float32"]["within"] for r in report["repairs"])
+    remaining = {f["rule_id"] for f in report["reaudit"]["remaining"]}
+    assert not remaining & {"PA102", "PA209"}
