@@ -75,7 +75,8 @@ def stored_narrow(model: onnx.ModelProto) -> bool:
 
 def compare(original: onnx.ModelProto, original_path: str, fixed: onnx.ModelProto, fixed_path: str,
             graph: Graph, fixed_graph: Graph, batches: list[dict[str, np.ndarray]], repairs: list[Repair]) -> Comparison:
-    """Run both models in float32 on every batch; fill each repair's difference, bound and verdict.
+    """Run both models in float32 on every batch; fill each repair's difference, bound and verdict. Both protos are
+    the caller's to give away: they are changed in place (outputs added; widened when stored narrow).
 
     Each repair is checked on its own: its new and changed nodes (and the nodes between them and the value it is
     compared at) are copied into the original, where they read the original's values; so a repair downstream of
@@ -99,13 +100,15 @@ def compare(original: onnx.ModelProto, original_path: str, fixed: onnx.ModelProt
     types.update({v.name: v.dtype for n in fixed_graph.nodes if not n.subgraph_path for v in n.outputs if v.name})
     for i, name in copies.items():
         types[name] = types.get(repairs[i].check.value)
-    run_orig = _session(checked, original_path, types, {v.name for v in graph.inputs}, wanted_orig, widen)
-    run_fixed = _session(fixed, fixed_path, types, {v.name for v in graph.inputs}, wanted_fixed, widen)
-    orig_runs, fixed_runs = [], []
-    for feeds in batches:
-        ins = _feeds(feeds, widen)
-        orig_runs.append({**ins, **run_orig(ins)})
-        fixed_runs.append({**ins, **run_fixed(ins)})
+    inputs = {v.name for v in graph.inputs}
+    feeds = [_feeds(f, widen) for f in batches]
+    # one session at a time: onnxruntime holds the weights it reads, and two models' would be twice that
+    run = _session(checked, original_path, types, inputs, wanted_orig, widen)
+    orig_runs = [{**ins, **run(ins)} for ins in feeds]
+    del run, checked
+    run = _session(fixed, fixed_path, types, inputs, wanted_fixed, widen)
+    fixed_runs = [{**ins, **run(ins)} for ins in feeds]
+    del run
     for i, r in enumerate(repairs):
         if i in copies:
             _evaluate(r, orig_runs, [{r.check.value: o.get(copies[i])} for o in orig_runs])
@@ -131,8 +134,7 @@ def _isolated(original: onnx.ModelProto, fixed: onnx.ModelProto,
     """The original with, per repair, a copy of the fixed model's nodes from what the repair changed to the value
     it is compared at (top graph only), reading the original's values for everything else. Returns the model and,
     per repair index, the name of its compared value's copy."""
-    check = onnx.ModelProto()
-    check.CopyFrom(original)
+    check = original  # the caller's own copy: changed in place
     g = check.graph
     known = {text(i.name) for i in g.input} | {text(i.name) for i in g.initializer} | {""}
     known |= {text(o) for n in g.node for o in n.output}
@@ -205,11 +207,11 @@ def _feeds(feeds: dict[str, np.ndarray], widen: bool) -> dict[str, np.ndarray]:
 
 def _session(model: onnx.ModelProto, path: str, types: dict[str, str | None], inputs: set[str], wanted: set[str],
              widen: bool):
-    """A function feeds → {name: array} for the wanted values (graph outputs, values made by top-level nodes)."""
+    """A function feeds → {name: array} for the wanted values (graph outputs, values made by top-level nodes).
+    The model (the caller's own copy) gains those outputs in place."""
     import onnxruntime as ort
 
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
+    m = model
     folder = Path(path).resolve().parent
     if widen:
         _widen(m, path, folder)
