@@ -383,3 +383,12 @@ def test_a_gpt2_export_gets_its_mask_fill_and_eps_fixed(capsys, exports):
     assert all(r["float32"]["within"] for r in report["repairs"])
     remaining = {f["rule_id"] for f in report["reaudit"]["remaining"]}
     assert not remaining & {"PA102", "PA209"}
+
+
+def test_usage_errors_are_one_line(capsys, tmp_path):
+    model = fix_models.layernorm(tmp_path / "ln.onnx")
+    for args, says in [((model, "--dry-run", "--dtype", "fp32"), "--dtype fp32: fix repairs what a narrower dtype"),
+                       (("fixtures/torch_src/hazards.py:hand_layernorm", "--dry-run"), "fix rewrites ONNX files"),
+                       ((tmp_path / "missing.onnx", "--dry-run"), "no such file")]:
+        code, out, err = fix_text(capsys, *args)
+        assert code == 2 and out == "" and says in err and err.count("\n") == 1

@@ -209,7 +209,10 @@ def _session(model: onnx.ModelProto, path: str, types: dict[str, str | None], in
              widen: bool):
     """A function feeds → {name: array} for the wanted values (graph outputs, values made by top-level nodes).
     The model (the caller's own copy) gains those outputs in place."""
-    import onnxruntime as ort
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise InputError(path, "onnxruntime is not installed (pip install 'precaudit[trace]')") from None
 
     m = model
     folder = Path(path).resolve().parent
