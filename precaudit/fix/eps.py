@@ -16,7 +16,7 @@ from ..analysis.constants import resolve_scalar
 from ..analysis.fused_norms import FUSED_NORMS
 from ..dtypes import FORMATS, round_to_format
 from ..escape import printable
-from ..ir import Node, Value
+from ..ir import Node
 from .common import const_shape, constant_producers, divisions, float_dtype, root_after, root_before, scalar_input, stored_array
 from .plan import Check, Context, Group, Repair, Skipped
 
@@ -237,9 +237,9 @@ def _decomposed(ctx: Context, group: Group, facts: dict) -> tuple[list[Repair], 
             skipped += _skip(group, set(rules), repair, keep)
         handled |= set(rules)
     if "PA208" in ids and "PA208" not in handled:
-        skipped += _skip(group, {"PA208"}, f"a float32 model: a Cast to float32 written into it is a no-op that every "
-                                           f"converter rewrites or removes, so the fix is your converter's block list: "
-                                           f"keep this chain in float32 (precaudit keep-list MODEL --for CONVERTER)",
+        skipped += _skip(group, {"PA208"}, "a float32 model: a Cast to float32 written into it is a no-op that every "
+                                           "converter rewrites or removes, so the fix is your converter's block list: "
+                                           "keep this chain in float32 (precaudit keep-list MODEL --for CONVERTER)",
                          keep)
         handled.add("PA208")
     skipped += _other_norm_rules(group, ids - handled)
@@ -399,7 +399,7 @@ def _add_eps(ctx: Context, group: Group, facts: dict) -> Repair | str:
         target = divisions(root)
         check = Check("ratio", value=target[0].outputs[0].name, stat=out.name, old=lambda v: v,
                       new=lambda v: np.maximum(v, new)) if target and not root.subgraph_path else Check("none")
-        return Repair("eps-add", root, ["PA105"], f"x / ||x|| with no eps", f"x / max(||x||, {_fmt(new)}) "
+        return Repair("eps-add", root, ["PA105"], "x / ||x|| with no eps", f"x / max(||x||, {_fmt(new)}) "
                       f"(new Max '{printable(node.name)}')", f"exact wherever the norm is at least {_fmt(new)}",
                       check, apply_l2, nodes=[node.name], changed=[name, clamped], moved_to=node.name)
     stat = root.input(0)
@@ -424,6 +424,3 @@ def _add_eps(ctx: Context, group: Group, facts: dict) -> Repair | str:
                   f"the variance is well above {_fmt(new)}; a row of variance 0 was 0/0 and is now 0",
                   check, apply, nodes=[node.name], changed=[name, add_out], moved_to=node.name)
 
-
-def value_name(value: Value | None) -> str | None:
-    return value.name if value is not None else None

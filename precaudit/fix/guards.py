@@ -36,12 +36,11 @@ def guard(ctx: Context, group: Group, rule_ids: list[str]) -> Repair | str:
         return ("the divisor can be negative: a clamp would change the sign of every negative value; guard it by hand "
                 "(x / where(|d| < eps, eps·sign(d), d))")
     value = node.inputs[index]
+    # a clamp at 0 is all a square root needs; a log or a divisor needs a normal number
     floor = 0.0 if node.op_type == "Sqrt" else max(float(facts.get("fmt_smallest_normal") or 0.0), ctx.min_eps or 0.0)
-    if node.op_type == "Sqrt" and ctx.min_eps:
-        floor = 0.0  # a clamp at 0 is all a square root needs
     fmt_name = facts.get("compute_dtype", "")
     edit = ctx.edit
-    existing = _existing_guard(ctx, value, facts)
+    existing = _existing_guard(ctx, value, facts) if node.op_type != "Sqrt" else None
     compared = None if node.subgraph_path else node.outputs[0].name
     words = (f"exact wherever the guarded value is at least {_fmt(floor)}; below it the clamp's value is used "
              f"(log, 1/x or sqrt of {_fmt(floor)} instead of -inf, inf or NaN)")
