@@ -88,6 +88,8 @@ def render_text(result: FixResult) -> str:
             files = ", ".join(f"'{p(f)}'" for f in result.external)
             where = f" (external data: reads {files} in place; nothing copied, the data files unchanged)"
         lines.append(f"  wrote {p(result.output or '')}{where}")
+    elif not result.dry_run and not plan.repairs and plan.skipped:
+        lines.append("  nothing repaired: no model written")
     elif not result.dry_run and plan.repairs:
         for problem in result.problems:
             lines.append(f"  problem: {p(problem)}")
