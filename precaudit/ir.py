@@ -7,32 +7,68 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-__all__ = ["Value", "Node", "Graph", "implicit_inputs", "body_nodes", "CONST_CACHE_BYTES"]
+__all__ = ["Value", "Node", "Graph", "implicit_inputs", "body_nodes", "CONST_CACHE_BYTES", "UNKNOWN"]
+
+# What a memo slot of a Value holds until its fact is first worked out (analysis/constants.py).
+UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN", "__slots__": ()})()
 
 # Constants up to this size are cached by Value.const(); larger ones (weights) are read again when asked.
 CONST_CACHE_BYTES = 1 << 20
 
 
-@dataclass(eq=False)
 class Value:
-    """A tensor: its stored dtype and shape where known, who makes it and who reads it."""
+    """A tensor: its stored dtype and shape where known, who makes it and who reads it.
 
-    name: str
-    dtype: str | None = None  # canonical format name ("fp16", "fp32", ...) for floats, numpy name otherwise
-    # Why a frontend gave this value its dtype, when the graph alone cannot say (a PyTorch op under autocast:
-    # "autocast(cuda) runs matmul in float16"); the dtype resolver then reports it as is.
-    dtype_note: str | None = None
-    shape: tuple | None = None  # ints for known dims, strings for symbolic ones, None for unknown
-    producer: "Node | None" = None
-    consumers: list["Node"] = field(default_factory=list)
-    is_graph_input: bool = False
-    # the If/Loop/Scan node whose body defines this value (its input, initializer or node output); None at top level
-    parent: "Node | None" = field(default=None, repr=False)
-    # A loader for constant data (initializer, Constant node); called only when a rule needs the value.
-    const_loader: Callable[[], np.ndarray] | None = None
-    const_origin: str | None = None  # "initializer 'w'", "Constant node 'c'", "initializer 'w' (external data)"
-    const_size: int | None = None  # number of elements, known without loading
-    _const_cache: Any = field(default=None, repr=False)
+    A plain class with __slots__ (a large graph holds tens of thousands of values: no per-object dict). The shape
+    may be given unread, as the declaration a frontend found (an ONNX TensorShapeProto): it is read into a tuple
+    the first time it is asked for, and most values' shapes never are.
+    """
+
+    __slots__ = ("name", "dtype", "dtype_note", "_shape", "producer", "consumers", "is_graph_input", "parent",
+                 "const_loader", "const_origin", "const_size", "_const_cache", "_scalar", "_constant")
+
+    def __init__(self, name: str, dtype: str | None = None, dtype_note: str | None = None, shape: Any = None,
+                 producer: "Node | None" = None, consumers: list["Node"] | None = None, is_graph_input: bool = False,
+                 parent: "Node | None" = None, const_loader: Callable[[], np.ndarray] | None = None,
+                 const_origin: str | None = None, const_size: int | None = None, _const_cache: Any = None):
+        self.name = name
+        # canonical format name ("fp16", "fp32", ...) for floats, numpy name otherwise
+        self.dtype = dtype
+        # Why a frontend gave this value its dtype, when the graph alone cannot say (a PyTorch op under autocast:
+        # "autocast(cuda) runs matmul in float16"); the dtype resolver then reports it as is.
+        self.dtype_note = dtype_note
+        self._shape = shape  # ints for known dims, strings for symbolic ones, None for unknown (or unread: above)
+        self.producer = producer
+        self.consumers = [] if consumers is None else consumers
+        self.is_graph_input = is_graph_input
+        # the If/Loop/Scan node whose body defines this value (its input, initializer or node output); None at top
+        self.parent = parent
+        # A loader for constant data (initializer, Constant node); called only when a rule needs the value.
+        self.const_loader = const_loader
+        self.const_origin = const_origin  # "initializer 'w'", "Constant node 'c'", "initializer 'w' (external data)"
+        self.const_size = const_size  # number of elements, known without loading
+        self._const_cache = _const_cache
+        # Facts that depend only on the graph upstream, worked out once when first asked (analysis/constants.py:
+        # resolve_scalar, is_constant): a frontend has finished the graph by then, and nothing changes it after.
+        self._scalar = UNKNOWN
+        self._constant = UNKNOWN
+
+    def __repr__(self) -> str:
+        return f"Value(name={self.name!r}, dtype={self.dtype!r}, shape={self.shape!r})"
+
+    @property
+    def shape(self) -> tuple | None:
+        shape = self._shape
+        if shape is None or shape.__class__ is tuple:
+            return shape
+        if hasattr(shape, "dim"):  # an unread TensorShapeProto
+            shape = self._shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                                        for d in shape.dim)
+        return shape
+
+    @shape.setter
+    def shape(self, shape: tuple | None) -> None:
+        self._shape = shape
 
     @property
     def is_const(self) -> bool:
@@ -56,9 +92,9 @@ class Value:
         return data
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Node:
-    """One operation, with the metadata a finding needs to point back at its source."""
+    """One operation, with the metadata a finding needs to point back at its source (slots: no per-node dict)."""
 
     name: str
     op_type: str

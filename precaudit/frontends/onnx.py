@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -40,7 +41,6 @@ def load_onnx(path: str) -> Graph:
     builder = _Builder(path, model_dir, opsets)
     graph = Graph(path=path, producer_name=text(model.producer_name))
     builder.build(model.graph, graph, scope={}, subgraph_path="")
-    _fill_missing_dtypes(graph)
     graph.exporter = _exporter(model)
     return graph
 
@@ -66,7 +66,7 @@ def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     except Exception:
-        inferred = model  # types then come from the graph's own annotations and _fill_missing_dtypes
+        inferred = model  # types then come from the graph's own annotations and _fill_missing_dtype
     for init in inferred.graph.initializer:
         if init.name in weights:
             init.raw_data = weights[init.name]
@@ -112,8 +112,25 @@ def _first_line(exc: Exception) -> str:
     return text[0] if text else "unknown error"
 
 
+_GRAPH = onnx.AttributeProto.GRAPH
+_GRAPHS = onnx.AttributeProto.GRAPHS
+_FLOAT, _INT, _STRING, _TENSOR = (onnx.AttributeProto.FLOAT, onnx.AttributeProto.INT, onnx.AttributeProto.STRING,
+                                  onnx.AttributeProto.TENSOR)
+_FLOATS, _INTS = onnx.AttributeProto.FLOATS, onnx.AttributeProto.INTS
+# Shared by every node without control-flow bodies (most of them): the builder alone fills these maps, so an empty
+# one per node would only cost memory.
+_NO_BODIES: dict = {}
+_NO_BODY_NODES: dict = {}
+
+
 class _Builder:
-    """Walks a GraphProto (and the bodies of If/Loop/Scan) into one flat IR graph."""
+    """Walks a GraphProto (and the bodies of If/Loop/Scan) into one flat IR graph.
+
+    One pass, a few dict lookups per node: names are taken as protobuf hands them over (text() only for the rare
+    field that is not UTF-8), op types interned, attributes read by type, module scopes derived once per name
+    prefix, exporter metadata read only where a node has some, and shapes left unread until asked
+    (ir.Value.shape).
+    """
 
     def __init__(self, path: str, model_dir: Path, opsets: dict[str, int]):
         self.path = path
@@ -121,13 +138,16 @@ class _Builder:
         self.opsets = opsets
         self.types: dict[str, onnx.TypeProto] = {}
         self._schemas: dict[tuple, dict[str, int]] = {}
+        self._scopes: dict[str, str | None] = {}  # a TorchScript name's path prefix -> the module path it names
+        self._noted: set[str] = set()  # external data files already recorded as read (files.note_read)
 
     def build(self, gp: onnx.GraphProto, graph: Graph, scope: dict[str, Value], subgraph_path: str,
               parent: Node | None = None) -> list[Node]:
         """Add gp's nodes (and their bodies' nodes) to graph; gp's own nodes, in order."""
         scope = dict(scope)  # a body sees the outer scope, not the other way round
-        for vi in [*gp.value_info, *gp.output, *gp.input]:  # an input's own declaration wins
-            self.types[text(vi.name)] = vi.type
+        types = self.types
+        for infos in (gp.value_info, gp.output, gp.input):  # an input's own declaration wins
+            types.update({vi.name if vi.name.__class__ is str else text(vi.name): vi.type for vi in infos})
         for init in gp.initializer:
             value = scope[text(init.name)] = self._initializer_value(init)
             value.parent = parent
@@ -141,23 +161,155 @@ class _Builder:
                 scope[name] = value
                 if not subgraph_path:
                     graph.inputs.append(value)
-        own = []
+        own: list[Node] = []
+        nodes = graph.nodes
+        opsets = self.opsets
+        default_opset = opsets.get("")
+        scopes = self._scopes
+        schemas = self._schemas
+        intern = sys.intern
+        get_scope = scope.get
+        get_type = types.get
+        dtype_of = _DTYPES.__getitem__
         for np_ in gp.node:
-            node = self._node(np_, scope, subgraph_path)
-            node.parent = parent
-            for out in node.outputs:
-                out.parent = parent
-            graph.nodes.append(node)
+            op_type = np_.op_type
+            op_type = intern(op_type if op_type.__class__ is str else text(op_type))
+            domain = np_.domain
+            if domain:
+                domain = intern(domain if domain.__class__ is str else text(domain))
+                opset = opsets.get(_domain(domain))
+            else:
+                opset = default_opset
+            outputs = np_.output[:]  # (a slice is the quickest copy protobuf makes)
+            for oname in outputs:
+                if oname.__class__ is not str:  # a name that is not UTF-8
+                    outputs = [text(o) for o in outputs]
+                    break
+            own_name = np_.name
+            if own_name.__class__ is not str:
+                own_name = text(own_name)
+            name = own_name or f"{op_type}_{outputs[0] if outputs else ''}"  # raw: reports escape it
+            attrs, bodies, body_attrs = _NO_ATTRS, _NO_BODIES, None
+            if np_.attribute:
+                attrs, bodies, body_attrs = self._attributes(np_, subgraph_path + name, op_type, domain, opset,
+                                                             schemas)
+            node = Node(subgraph_path + name, op_type, domain, attrs, [], [], opset, None, None, None, None,
+                        subgraph_path, bodies, _NO_BODY_NODES if body_attrs is None else {}, parent)
+            # module scope: TorchScript names nodes "/encoder/layer.0/attention/Softmax"
+            if own_name.startswith("/"):
+                cut = own_name.rfind("/")
+                if cut > 0:
+                    prefix = own_name[:cut]
+                    found = scopes.get(prefix, scopes)
+                    if found is scopes:
+                        found = scopes[prefix] = ".".join(p for p in prefix.split("/")[1:] if p) or None
+                    node.scope = found
+            if np_.metadata_props:
+                _attach_metadata(node, np_)
+            ins = node.inputs
+            for iname in np_.input[:]:
+                if not iname:
+                    ins.append(None)
+                    continue
+                value = get_scope(iname if iname.__class__ is str else text(iname))
+                if value is None:
+                    self._missing(node, text(iname))
+                value.consumers.append(node)
+                ins.append(value)
+            outs = node.outputs
+            for oname in outputs:
+                if oname:
+                    value = Value(oname, None, None, None, node, None, False, parent)
+                    tp = get_type(oname)
+                    if tp is not None:
+                        tt = tp.tensor_type
+                        elem = tt.elem_type
+                        value.dtype = dtype_of(elem)
+                        if tt.HasField("shape"):
+                            value._shape = tt.shape  # read when asked (ir.Value.shape)
+                    scope[oname] = value
+                else:
+                    value = Value("", producer=node, parent=parent)
+                outs.append(value)
+            if op_type == "Constant" and outs:
+                _make_constant(node, np_, self.path, self.model_dir)
+            _fill_missing_dtype(node)
+            nodes.append(node)
             own.append(node)
-            for attr in np_.attribute:
-                for body in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                    # node.name holds the path
-                    inner = self.build(body, graph, scope, f"{node.name}/{text(attr.name)}/", parent=node)
-                    if attr.type == onnx.AttributeProto.GRAPH:
-                        node.body_nodes[text(attr.name)] = inner
+            if body_attrs is not None:
+                for attr_name, typ, attr in body_attrs:
+                    for body in ([attr.g] if typ == _GRAPH else list(attr.graphs)):
+                        # node.name holds the path
+                        inner = self.build(body, graph, scope, f"{node.name}/{attr_name}/", parent=node)
+                        if typ == _GRAPH:
+                            node.body_nodes[attr_name] = inner
         if not subgraph_path:
             graph.outputs = [scope[text(o.name)] for o in gp.output if text(o.name) in scope]
         return own
+
+    def _attributes(self, np_: onnx.NodeProto, node_name: str, op_type: str, domain: str, opset: int | None,
+                    schemas: dict) -> tuple[dict, dict, list | None]:
+        """The node's attributes (graphs aside), its GRAPH bodies by name, and every attribute that holds graphs.
+
+        An attribute of the wrong type for the operator's schema (a string epsilon, an int list stash_type) makes
+        the file invalid: the analyses read attributes as the schema types them, so checking here once keeps every
+        reader simple. Unknown ops and attributes the schema does not list are left alone (custom domains,
+        contrib ops).
+        """
+        key = (op_type, domain, opset)
+        want_types = schemas.get(key)
+        if want_types is None:
+            want_types = schemas[key] = _schema_types(*key)
+        attrs: dict[str, Any] = {}
+        bodies: dict[str, Any] = _NO_BODIES
+        body_attrs: list | None = None
+        wrong = None
+        for attr in np_.attribute:
+            attr_name = attr.name
+            if attr_name.__class__ is not str:
+                attr_name = text(attr_name)
+            typ = attr.type
+            if typ == _GRAPH:
+                if bodies is _NO_BODIES:
+                    bodies = {}
+                bodies[attr_name] = attr.g
+                body_attrs = body_attrs or []
+                body_attrs.append((attr_name, typ, attr))
+            elif typ == _GRAPHS or attr.graphs:  # (graphs in an attribute of another type are walked too)
+                body_attrs = body_attrs or []
+                body_attrs.append((attr_name, typ, attr))
+            if typ != _GRAPH and typ != _GRAPHS:
+                if attr.ref_attr_name:
+                    value = _attr_value(attr)  # raises, as onnx.helper does
+                elif typ == _INT:
+                    value = attr.i
+                elif typ == _INTS:
+                    value = list(attr.ints)
+                elif typ == _FLOAT:
+                    value = attr.f
+                elif typ == _TENSOR:
+                    value = attr.t
+                elif typ == _FLOATS:
+                    value = list(attr.floats)
+                else:
+                    value = _attr_value(attr)
+                attrs[attr_name] = value
+            if wrong is None and want_types:
+                want = want_types.get(attr_name)
+                if want is not None and typ != want:
+                    wrong = (attr_name, typ, want)
+        if wrong is not None:
+            attr_name, typ, want = wrong
+            got = onnx.AttributeProto.AttributeType.Name(typ) if typ in _ATTR_TYPES else typ
+            raise InputError(self.path, f"node '{node_name}' ({op_type}): attribute '{attr_name}' must be "
+                                        f"{onnx.AttributeProto.AttributeType.Name(want)}, the file has {got}")
+        return attrs, bodies, body_attrs
+
+    def _missing(self, node: Node, iname: str) -> None:
+        # Auditing around the gap would judge nodes by a dtype and a producer nobody can know; say so.
+        raise InputError(self.path, f"the graph is invalid: node '{node.name}' ({node.op_type}) reads "
+                                    f"'{iname}', which no graph input, initializer or earlier node defines "
+                                    "(a cycle, nodes out of topological order, or a missing value)")
 
     def _value(self, name: str) -> Value:
         value = Value(name=name)
@@ -170,63 +322,15 @@ class _Builder:
         return value
 
     def _initializer_value(self, init: onnx.TensorProto) -> Value:
-        value = Value(name=text(init.name), dtype=_dtype_name(init.data_type), shape=tuple(init.dims))
-        what = f"initializer '{value.name}'"
-        value.const_size = element_count(init.dims, self.path, what)
+        name = text(init.name)
+        dims = tuple(init.dims)
+        what = f"initializer '{name}'"
+        value = Value(name, _dtype_name(init.data_type), None, dims)
+        value.const_size = element_count(dims, self.path, what)
         external = init.data_location == onnx.TensorProto.EXTERNAL
-        value.const_origin = what + (" (external data)" if external else "")
-        value.const_loader = tensor_loader(init, self.path, self.model_dir, what)
+        value.const_origin = what + " (external data)" if external else what
+        value.const_loader = tensor_loader(init, self.path, self.model_dir, what, noted=self._noted)
         return value
-
-    def _check_attributes(self, np_: onnx.NodeProto, node: Node) -> None:
-        """An attribute of the wrong type (a string epsilon, an int list stash_type) makes the file invalid.
-
-        The analyses read attributes as the operator schema types them; checking here once keeps every reader
-        simple. Unknown ops and attributes the schema does not list are left alone (custom domains, contrib ops).
-        """
-        key = (node.op_type, node.domain, node.opset)
-        if key not in self._schemas:
-            self._schemas[key] = _schema_types(*key)
-        types = self._schemas[key]
-        for attr in np_.attribute:
-            want = types.get(text(attr.name))
-            if want is not None and attr.type != want:
-                got = onnx.AttributeProto.AttributeType.Name(attr.type) if attr.type in _ATTR_TYPES else attr.type
-                raise InputError(self.path, f"node '{node.name}' ({node.op_type}): attribute '{text(attr.name)}' must be "
-                                            f"{onnx.AttributeProto.AttributeType.Name(want)}, the file has {got}")
-
-    def _node(self, np_: onnx.NodeProto, scope: dict[str, Value], subgraph_path: str) -> Node:
-        attrs = {text(a.name): _attr_value(a) for a in np_.attribute
-                 if a.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
-        op_type, domain = text(np_.op_type), text(np_.domain)
-        outputs = [text(o) for o in np_.output]
-        name = text(np_.name) or f"{op_type}_{outputs[0] if outputs else ''}"  # raw: reports escape it
-        node = Node(name=subgraph_path + name, op_type=op_type, domain=domain, attrs=attrs,
-                    opset=self.opsets.get(_domain(domain)), subgraph_path=subgraph_path)
-        self._check_attributes(np_, node)
-        _attach_source(node, np_)
-        node.bodies = {text(a.name): a.g for a in np_.attribute if a.type == onnx.AttributeProto.GRAPH}
-        for iname in map(text, np_.input):
-            if not iname:
-                node.inputs.append(None)
-                continue
-            value = scope.get(iname)
-            if value is None:
-                # Auditing around the gap would judge nodes by a dtype and a producer nobody can know; say so.
-                raise InputError(self.path, f"the graph is invalid: node '{node.name}' ({node.op_type}) reads "
-                                            f"'{iname}', which no graph input, initializer or earlier node defines "
-                                            "(a cycle, nodes out of topological order, or a missing value)")
-            value.consumers.append(node)
-            node.inputs.append(value)
-        for oname in outputs:
-            value = self._value(oname) if oname else Value(name="")
-            value.producer = node
-            node.outputs.append(value)
-            if oname:
-                scope[oname] = value
-        if op_type == "Constant" and node.outputs:
-            _make_constant(node, np_, self.path, self.model_dir)
-        return node
 
 
 def _make_constant(node: Node, np_: onnx.NodeProto, path: str, model_dir: Path) -> None:
@@ -251,17 +355,15 @@ def _make_constant(node: Node, np_: onnx.NodeProto, path: str, model_dir: Path) 
     out.const_size = element_count(attr.t.dims, path, out.const_origin) if attr.name == "value" else None
 
 
-def _attach_source(node: Node, np_: onnx.NodeProto) -> None:
-    """Module scope and Python source line, from exporter metadata or the node name."""
+def _attach_metadata(node: Node, np_: onnx.NodeProto) -> None:
+    """Module scope and Python source line from the dynamo exporter's node metadata (the name gave the scope so far)."""
     meta = {text(p.key): text(p.value) for p in np_.metadata_props}
     scopes = re.findall(r"'([^']*)'", meta.get(_META_SCOPE, ""))
     if len(scopes) >= 2:
         # ['', 'encoder', 'encoder.layer.0', ..., 'layer_norm']: full dotted module paths, then the op itself
         node.scope = scopes[-2] or None
-    elif (own := text(np_.name)).startswith("/") and own.count("/") > 1:
-        # TorchScript exporter names nodes "/encoder/layer.0/attention/Softmax"
-        node.scope = ".".join(p for p in own.split("/")[1:-1] if p) or None
-    frame = user_frame(meta.get(_META_STACK, ""))
+    stack = meta.get(_META_STACK, "")
+    frame = user_frame(stack) if stack else None
     if frame is not None:
         node.source_file, node.source_line = frame
 
@@ -290,6 +392,17 @@ def _attr_value(attr: onnx.AttributeProto):
     return value
 
 
+class _DtypeNames(dict):
+    """elem_type -> _dtype_name(elem_type), filled on first use."""
+
+    def __missing__(self, elem_type: int) -> str | None:
+        name = self[elem_type] = _dtype_name(elem_type)
+        return name
+
+
+_NO_ATTRS: dict = {}  # shared by every node without attributes (nothing writes to a node's attrs)
+
+
 @functools.lru_cache(maxsize=None)
 def _dtype_name(elem_type: int) -> str | None:
     fmt = format_of_onnx_type(elem_type)
@@ -303,15 +416,18 @@ def _dtype_name(elem_type: int) -> str | None:
         return None
 
 
-def _fill_missing_dtypes(graph: Graph) -> None:
-    """Give values that shape inference left untyped the dtype their producer implies."""
-    for node in graph.nodes:
-        for out in node.outputs:
-            if out.dtype is not None:
-                continue
-            if node.op_type == "Cast" and "to" in node.attrs:
-                out.dtype = _dtype_name(node.attrs["to"])
-            elif node.op_type == "CastLike" and node.input(1) is not None:
-                out.dtype = node.inputs[1].dtype
-            else:
-                out.dtype = next((v.dtype for v in node.inputs if v is not None and v.dtype), None)
+_DTYPES = _DtypeNames()
+
+
+def _fill_missing_dtype(node: Node) -> None:
+    """Give outputs that shape inference left untyped the dtype their producer implies (nodes come in graph
+    order, so the inputs have theirs already)."""
+    for out in node.outputs:
+        if out.dtype is not None:
+            continue
+        if node.op_type == "Cast" and "to" in node.attrs:
+            out.dtype = _dtype_name(node.attrs["to"])
+        elif node.op_type == "CastLike" and node.input(1) is not None:
+            out.dtype = node.inputs[1].dtype
+        else:
+            out.dtype = next((v.dtype for v in node.inputs if v is not None and v.dtype), None)

@@ -40,39 +40,49 @@ for _name, _bits in (("INT2", 2), ("UINT2", 2)):
 
 def element_count(dims, path: str, what: str) -> int:
     """The number of elements the dims declare, exactly (no 64-bit wrap); a negative dim is an error."""
-    dims = [int(d) for d in dims]
-    if any(d < 0 for d in dims):
-        raise InputError(path, f"{what} has a negative dim {dims}")
+    if dims and min(dims) < 0:
+        raise InputError(path, f"{what} has a negative dim {[int(d) for d in dims]}")
     return math.prod(dims)
 
 
-def tensor_loader(tensor: onnx.TensorProto, path: str, model_dir: Path, what: str) -> Callable[[], np.ndarray]:
+def tensor_loader(tensor: onnx.TensorProto, path: str, model_dir: Path, what: str,
+                  noted: set | None = None) -> Callable[[], np.ndarray]:
     """A function that returns the tensor's data, read only when it is called.
 
     What can be checked without reading the data is checked now, so a static audit refuses a broken model too:
     dims against the inline bytes, an external entry's path, offset and length. A missing external file is not
     an error until its data is needed: a static audit of a model whose weights were never downloaded still works.
+    noted: data files already recorded as read during this load (a model's thousands of tensors name a few files).
     """
     if tensor.data_location == _T.EXTERNAL:
         target, _, _ = _external_entry(tensor, path, model_dir, what)
-        note_read(target)  # weights a static audit never reads are still the user's: never write over them
+        if noted is None or target not in noted:
+            note_read(target)  # weights a static audit never reads are still the user's: never write over them
+            if noted is not None:
+                noted.add(target)
         return lambda: _external(tensor, path, model_dir, what)
     count = element_count(tensor.dims, path, what)
-    if tensor.raw_data and tensor.data_type not in (_T.STRING, _T.UNDEFINED):
-        _check_raw(tensor, _byte_count(tensor, count, path, what), path, what)
+    raw = tensor.raw_data  # (a copy: read once)
+    if raw and tensor.data_type not in (_T.STRING, _T.UNDEFINED):
+        _check_raw(tensor, len(raw), _byte_count(tensor, count, path, what), path, what)
     return lambda: _to_array(tensor, path, what)
 
 
-def _check_raw(tensor: onnx.TensorProto, expected: int, path: str, what: str) -> None:
-    if len(tensor.raw_data) != expected:
+def _check_raw(tensor: onnx.TensorProto, held: int, expected: int, path: str, what: str) -> None:
+    if held != expected:
         raise InputError(path, f"{what}: dims {list(tensor.dims)} need {expected} bytes of data, "
-                               f"the file holds {len(tensor.raw_data)}")
+                               f"the file holds {held}")
 
 
 def _to_array(tensor: onnx.TensorProto, path: str, what: str) -> np.ndarray:
     count = element_count(tensor.dims, path, what)
-    if tensor.raw_data and tensor.data_type not in (_T.STRING, _T.UNDEFINED):
-        _check_raw(tensor, _byte_count(tensor, count, path, what), path, what)
+    raw = tensor.raw_data
+    if raw and tensor.data_type not in (_T.STRING, _T.UNDEFINED):
+        _check_raw(tensor, len(raw), _byte_count(tensor, count, path, what), path, what)
+        dtype = _plain_dtype(tensor.data_type)
+        if dtype is not None and not tensor.HasField("segment"):
+            # what numpy_helper.to_array does with raw bytes of a type stored one element each, without its lookups
+            return np.frombuffer(raw, dtype=dtype).reshape(tuple(tensor.dims))
     try:
         return numpy_helper.to_array(tensor)
     except Exception as exc:  # typed fields that disagree with the dims, an unknown data type
@@ -83,11 +93,18 @@ def _byte_count(tensor: onnx.TensorProto, count: int, path: str, what: str) -> i
     bits = _PACKED_BITS.get(tensor.data_type)
     if bits is not None:
         return (count * bits + 7) // 8
-    try:
-        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
-    except Exception:
-        raise InputError(path, f"{what} has an unknown data type {tensor.data_type}") from None
+    itemsize = _itemsize(tensor.data_type)
+    if itemsize is None:
+        raise InputError(path, f"{what} has an unknown data type {tensor.data_type}")
     return count * itemsize
+
+
+@functools.lru_cache(maxsize=64)
+def _itemsize(data_type: int) -> int | None:
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(data_type)).itemsize
+    except Exception:
+        return None
 
 
 def _external_entry(tensor: onnx.TensorProto, path: str, model_dir: Path, what: str) -> tuple[Path, int, int]:
@@ -151,12 +168,17 @@ def _external(tensor: onnx.TensorProto, path: str, model_dir: Path, what: str) -
 def _mappable(tensor: onnx.TensorProto) -> np.dtype | None:
     """The numpy dtype whose bytes are the tensor's stored bytes, one element each; None for packed types (int4,
     fp4, fp6), strings, unknown types, or a big-endian host (ONNX stores little-endian)."""
-    if sys.byteorder != "little" or tensor.data_type in _PACKED_BITS or tensor.data_type in (_T.STRING, _T.UNDEFINED):
+    return _plain_dtype(tensor.data_type)
+
+
+@functools.lru_cache(maxsize=64)
+def _plain_dtype(data_type: int) -> np.dtype | None:
+    if sys.byteorder != "little" or data_type in _PACKED_BITS or data_type in (_T.STRING, _T.UNDEFINED):
         return None
-    if tensor.data_type in (getattr(_T, "FLOAT6E2M3", -1), getattr(_T, "FLOAT6E3M2", -1)):
+    if data_type in (getattr(_T, "FLOAT6E2M3", -1), getattr(_T, "FLOAT6E3M2", -1)):
         return None
     try:
-        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(data_type))
     except Exception:
         return None
     return None if dtype.kind in "OSUa" else dtype
