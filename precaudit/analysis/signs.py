@@ -38,6 +38,13 @@ _BOOLEAN = {"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Not", 
 _COUNTING = {"ReduceSum", "ReduceMean", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceMax", "ReduceMin", "CumSum"}
 _AT_LEAST_0 = ("positive", "mask", "count", "nonneg")
 _ORDER = {"positive": 0, "mask": 1, "count": 2, "nonneg": 3, "signed": 4, "unknown": 5}
+# How many of a node's (present) inputs, from the first, _of_node reads the classes of: _ALL, 1, or none (ops not
+# listed: their class is fixed, or unknown whatever the inputs). Only those are classed, so a Reshape's shape
+# computation or a MatMul's operands are never walked for a class nobody reads.
+_ALL: int = -1
+_NEEDS = {**{op: 1 for op in (*_PASS, *_COUNTING, "Sqrt", "Pow", "Reciprocal")},
+          **{op: _ALL for op in ("Sub", "Mul", "Add", "Max", "Clip", "Div", "Concat")},
+          **{op: 0 for op in (*_BOOLEAN, *_POSITIVE, "Neg")}}
 # the word mask in a name: attention_mask, mask, padding_mask, mask.1, attentionMask, masks; not masked_x
 _MASK_NAME = re.compile(r"(?:^|[^a-z])masks?(?:[^a-z]|$)|masks?$")
 
@@ -73,13 +80,14 @@ class SignAnalysis:
         key = id(value)
         if key in memo:
             return memo[key]
-        # each frame: [value, its producer, the producer's inputs, the classes of those inputs found so far]
+        # each frame: [value, its producer, the producer's inputs, the classes of those inputs found so far, how
+        # many of them (from the first) its class needs]
         frame = self._enter(value)
         stack = [frame] if frame is not None else []
         while stack:
             frame = stack[-1]
-            node, inputs, ins = frame[1], frame[2], frame[3]
-            while len(ins) < len(inputs):
+            node, inputs, ins, need = frame[1], frame[2], frame[3], frame[4]
+            while len(ins) < need:
                 upstream = inputs[len(ins)]
                 known = memo.get(id(upstream))
                 if known is None:
@@ -140,10 +148,13 @@ class SignAnalysis:
             if value.is_graph_input and not value.is_const and _mask_input(value):
                 self._memo[key] = "mask"
             return None
-        return [value, node, [v for v in node.inputs if v is not None], []]
+        inputs = [v for v in node.inputs if v is not None]
+        need = _NEEDS.get(node.op_type, 0)
+        return [value, node, inputs, [], len(inputs) if need == _ALL else min(need, len(inputs))]
 
     def _of_node(self, node: Node, inputs: list[Value], ins: list[str]) -> str:
-        """A node's output class from its op and the classes of its (present) inputs, in order."""
+        """A node's output class from its op and the classes of its (present) inputs, in order: as many as _NEEDS
+        says the op reads (an op whose class its inputs do not decide, a MatMul or a Shape, walks nothing up)."""
         op = node.op_type
         if op in _BOOLEAN:
             return "mask"
