@@ -38,6 +38,7 @@ from .constants import is_constant
 __all__ = ["ComputeDtype", "DtypeResolver"]
 
 _FLOAT_NAMES = {"fp16", "bf16", "fp32", "fp64", "fp8-e4m3", "fp8-e5m2"}
+_NOT_KEPT: tuple[str | None, str] = (None, "")
 # An embedding lookup reads a weight table, but what it returns is the activation stream, not a fill.
 _LOOKUPS = {"Gather", "GatherElements", "GatherND"}
 # Ops that make a float tensor from no float input, with values fixed by the file.
@@ -110,7 +111,13 @@ class DtypeResolver:
         self._origin: dict[int, _Origin] = {}  # id(value) -> the Cast it descends from
         self._ends_at: dict[int, tuple[_Origin, Value, ComputeDtype]] = {}  # id(node) -> island, activation, dtype
         self._fills: set[int] = set()  # id(value) of values whose float content all comes from the file
+        # nothing keeps a node in float32 (no --keep-fp32, keep-list or converter block list): _kept is (None, "")
+        self._keeps_none = not self.keep_fp32 and not self._keep_nodes and not self._blocked
+        self._kept_memo: dict[Node, tuple[str | None, str]] = {}
+        self._node_memo: dict[Node, ComputeDtype | None] = {}  # of_node, once the islands are known
+        self._ready = False
         self._propagate_casts()
+        self._ready = True
 
     def kept_by(self, node: Node) -> str | None:
         """What keeps this node in float32, if anything: a --keep-fp32 entry (op type, node name or glob), the
@@ -120,6 +127,14 @@ class DtypeResolver:
 
     def _kept(self, node: Node) -> tuple[str | None, str]:
         """(the entry that keeps the node, the reason a finding prints), or (None, "")."""
+        if self._keeps_none:
+            return _NOT_KEPT
+        found = self._kept_memo.get(node)
+        if found is None:
+            found = self._kept_memo[node] = self._find_keeper(node)
+        return found
+
+    def _find_keeper(self, node: Node) -> tuple[str | None, str]:
         inner: Node | None = node
         while inner is not None:
             for pattern in self.keep_fp32:
@@ -132,7 +147,7 @@ class DtypeResolver:
             if blocked is not None:
                 return blocked, self._within(node, inner, blocked)
             inner = inner.parent
-        return None, ""
+        return _NOT_KEPT
 
     @staticmethod
     def _within(node: Node, keeper: Node, reason: str) -> str:
@@ -178,7 +193,19 @@ class DtypeResolver:
 
     def of_node(self, node: Node) -> ComputeDtype | None:
         """The dtype a node computes in: its kept-fp32 status, else the dtype of its first float input (the
-        target-dtype activation where a float32 island ends at the node)."""
+        target-dtype activation where a float32 island ends at the node).
+
+        Worked out once per node (each kind of site asks), when the islands are known: after __init__.
+        """
+        memo = self._node_memo
+        if node in memo:
+            return memo[node]
+        dtype = self._of_node(node)
+        if self._ready:
+            memo[node] = dtype
+        return dtype
+
+    def _of_node(self, node: Node) -> ComputeDtype | None:
         pattern, reason = self._kept(node)
         if pattern is not None:
             return ComputeDtype(FORMATS["fp32"], reason)
@@ -211,21 +238,35 @@ class DtypeResolver:
         return ComputeDtype(fmt, f"stash_type={stash_type} ({fmt.long_name})")
 
     def _propagate_casts(self) -> None:
-        """Mark, in graph order, the values each island (and each no-op Cast's note) reaches."""
+        """Mark, in graph order, the values each island (and each no-op Cast's note) reaches.
+
+        One tight pass (tens of thousands of nodes): each read's constness is worked out once (constants.py), and
+        a node none of whose live reads carries an origin (most nodes) costs a lookup per read.
+        """
+        origin_of = self._origin
+        fills = self._fills
+        floats = _FLOAT_NAMES
         for node in self.graph.nodes:
             # an If's data comes into its branches by name, not as inputs: those values count too
             reads = [v for v in ([*node.inputs, *implicit_inputs(node)] if node.bodies else node.inputs)
-                     if v is not None and v.dtype in _FLOAT_NAMES]
-            self._note_fills(node, reads)
-            if node.op_type == "Cast":
+                     if v is not None and v.dtype in floats]
+            live = [v for v in reads if not is_constant(v)]
+            # A mask bias built from constants (Where(mask, 0, -inf), a ConstantOfShape fill) is no activation.
+            op = node.op_type
+            if op in _FILLS or reads and op not in _LOOKUPS and fills.issuperset(map(id, live)):
+                fills.update(id(out) for out in node.outputs)
+            if op == "Cast":
                 origin = self._cast_origin(node)
-            elif self.kept_by(node) is not None:
+            elif not self._keeps_none and self.kept_by(node) is not None:
                 origin = None  # a converter casts a kept node's outputs back to the target dtype
+            elif not live:
+                origin = None
             else:
-                origin = self._carried(node, [v for v in reads if not is_constant(v)])
+                origins = [origin_of.get(id(v)) for v in live]
+                origin = None if origins.count(None) == len(origins) else self._carried(node, live, origins)
             if origin is not None:
                 for out in node.outputs:
-                    self._origin[id(out)] = origin
+                    origin_of[id(out)] = origin
 
     def _cast_origin(self, node: Node) -> _Origin | None:
         """A Cast that widens an activation starts an island; a no-op one passes on what its input carries."""
@@ -246,22 +287,24 @@ class DtypeResolver:
             return _Origin(node.name, fmt.name, "converted")  # no converter keeps an upcast outside its block list
         return _Origin(node.name, fmt.name, "island" if widens else "cast")
 
-    def _note_fills(self, node: Node, reads: list[Value]) -> None:
-        """A mask bias built from constants (Where(mask, 0, -inf), a ConstantOfShape fill) is no activation."""
-        if node.op_type in _FILLS or reads and node.op_type not in _LOOKUPS and all(
-                is_constant(v) or id(v) in self._fills for v in reads):
-            self._fills.update(id(out) for out in node.outputs)
-
-    def _carried(self, node: Node, reads: list[Value]) -> _Origin | None:
-        """What a node's outputs descend from: the island (else the note) among its float non-constant reads,
-        unless it also reads an activation stored in the island's dtype, held in the target dtype outside it."""
-        origins = [self._origin.get(id(v)) for v in reads]
-        carried = next((o for o in origins if o is not None and o.island), None) \
-            or next((o for o in origins if o is not None), None)
-        if carried is None or carried.island and carried.to == self.target.name:
+    def _carried(self, node: Node, reads: list[Value], origins: list[_Origin | None]) -> _Origin | None:
+        """What a node's outputs descend from: the island (else the note) among its float non-constant reads (and
+        their origins, one not None), unless it also reads an activation stored in the island's dtype, held in the
+        target dtype outside it."""
+        carried = None
+        for origin in origins:  # the first island, else the first origin
+            if origin is not None:
+                if origin.kind == "island":
+                    carried = origin
+                    break
+                if carried is None:
+                    carried = origin
+        if carried is None or carried.kind == "island" and carried.to == self.target.name:
             return carried  # (in an audit at float32 an island has no narrower dtype to end in)
+        island = carried.kind == "island"
+        fills = self._fills
         for value, origin in zip(reads, origins):
-            if origin is not None and origin.island == carried.island or id(value) in self._fills \
+            if origin is not None and (origin.kind == "island") == island or id(value) in fills \
                     or value.dtype != carried.to:
                 continue
             dtype = self.of_value(value)
@@ -302,7 +345,7 @@ def _converted(graph: Graph, target: Format) -> bool:
     seen: set[int] = set()
     for node in graph.nodes:
         for v in node.inputs:
-            if v is not None and v.is_const and v.producer is None and id(v) not in seen:
+            if v is not None and v.const_loader is not None and v.producer is None and id(v) not in seen:
                 seen.add(id(v))
                 sizes[v.dtype or ""] = sizes.get(v.dtype or "", 0) + (v.const_size or 1)
     return sizes.get(target.name, 0) > sizes.get("fp32", 0)

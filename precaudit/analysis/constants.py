@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dtypes import format_of_onnx_type
-from ..ir import Node, Value
+from ..ir import UNKNOWN, Node, Value
 
 __all__ = ["ScalarConst", "resolve_scalar", "is_constant", "skip_casts", "producer_through_casts"]
 
@@ -25,7 +25,23 @@ class ScalarConst:
 
 
 def resolve_scalar(value: Value | None) -> ScalarConst | None:
-    """The single value a (possibly cast, expanded or reshaped) constant holds, or None."""
+    """The single value a (possibly cast, expanded or reshaped) constant holds, or None.
+
+    Worked out once per value (rules, signs, norms and constant sites all ask about the same eps and scales).
+    """
+    if value is None:
+        return None
+    found = value._scalar
+    if found is UNKNOWN:
+        if value.const_loader is None and (value.producer is None or value.producer.op_type not in _PASS_THROUGH):
+            found = None  # an activation: no constant behind it
+        else:
+            found = _resolve_scalar(value)
+        value._scalar = found
+    return found
+
+
+def _resolve_scalar(value: Value | None) -> ScalarConst | None:
     hops: list[str] = []
     seen = 0
     while value is not None and not value.is_const and value.producer is not None and seen < 8:
@@ -47,13 +63,23 @@ def resolve_scalar(value: Value | None) -> ScalarConst | None:
     if data is None or data.size == 0 or data.dtype.kind not in "fiu" and data.dtype.kind != "V":
         return None
     flat = np.asarray(data, dtype=np.float64).ravel()
-    if not np.all(flat == flat[0]):
-        return None  # a vector of different values is not one eps
+    first = flat[0]
+    if first != first if flat.size == 1 else not np.all(flat == first):
+        return None  # a vector of different values is not one eps (nor is NaN, which equals nothing)
     return ScalarConst(float(flat[0]), " → ".join([value.const_origin or f"constant '{value.name}'", *reversed(hops)]))
 
 
 def is_constant(value: Value | None) -> bool:
     """A constant, or a constant passed through Cast/Expand/Reshape/...: data fixed in the file, not activations."""
+    if value is None:
+        return False
+    found = value._constant
+    if found is UNKNOWN:
+        found = value._constant = _is_constant(value)
+    return found
+
+
+def _is_constant(value: Value | None) -> bool:
     for _ in range(8):
         if value is None:
             return False

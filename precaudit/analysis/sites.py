@@ -96,20 +96,27 @@ def find_sites(graph: Graph, resolver: DtypeResolver, signs: SignAnalysis) -> li
     return sorted([*sites.values(), *reductions], key=lambda s: order[id(s.node)])
 
 
+_UNASKED = object()
+
+
 def find_constant_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
     """Small float constants (up to 64 values: scalars, masks' fill values) as the first op that uses them
     holds them: a finfo(float32).min becomes -inf in fp16, a 1e-30 becomes 0."""
     sites, seen = [], set()
     for node in graph.nodes:
-        dtype = resolver.of_node(node)
-        if dtype is None or node.op_type in ("Cast", "CastLike", "Identity", "Shape", "Constant"):
+        if node.op_type in ("Cast", "CastLike", "Identity", "Shape", "Constant"):
             continue
+        dtype: Any = _UNASKED  # the node's dtype, asked at its first float constant (most nodes have none)
         for value in node.inputs:
             if value is None or value.dtype not in FORMATS:
                 continue  # an int64 Slice end of 2**63 - 1 is no float constant
             const = resolve_scalar(value)
             if const is None or id(value) in seen or const.value == 0:
                 continue
+            if dtype is _UNASKED:
+                dtype = resolver.of_node(node)
+            if dtype is None:
+                break
             seen.add(id(value))
             converted = dtype.constant(const.value, const.source)
             facts = {"op": node.op_type, "value": const.value, "value_converted": converted,
