@@ -29,14 +29,23 @@ _META_STACK = "pkg.torch.onnx.stack_trace"
 
 def load_onnx(path: str) -> Graph:
     """Parse the model file, inline its local functions, infer types and build the IR."""
-    model = _read_model(path)
+    data = _read_bytes(path)
+    model = _parse(path, data)
     model_dir = Path(path).resolve().parent
     if model.functions:
         try:
             model = onnx.inliner.inline_local_functions(model)
         except Exception as exc:  # an inliner failure should not hide the rest of the graph
             raise InputError(path, f"cannot inline model-local functions: {exc}") from exc
-    model = _infer_shapes(model)
+        model = _infer_shapes(model)
+    elif _holds_weights(model):
+        model = _infer_shapes(model)
+    else:
+        # The file's bytes are what inference would read: it gets them as they are, and one parsed model is held
+        # at a time (the one read, then the one inferred), not both while inference holds its own copy.
+        del model
+        model = _infer_shapes_of_bytes(path, data)
+    del data
     opsets = {_domain(text(imp.domain)): imp.version for imp in model.opset_import}
     builder = _Builder(path, model_dir, opsets)
     graph = Graph(path=path, producer_name=text(model.producer_name))
@@ -73,6 +82,19 @@ def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return inferred
 
 
+def _holds_weights(model: onnx.ModelProto) -> bool:
+    """Whether an initializer holds more than _WEIGHT_BYTES inline (the weights _infer_shapes takes out first)."""
+    return any(len(init.raw_data) > _WEIGHT_BYTES for init in model.graph.initializer)
+
+
+def _infer_shapes_of_bytes(path: str, data: bytes) -> onnx.ModelProto:
+    """_infer_shapes for a model without inline weights or local functions, from the file's bytes."""
+    try:
+        return onnx.shape_inference.infer_shapes(data, strict_mode=False)
+    except Exception:
+        return _parse(path, data)  # types then come from the graph's own annotations and _fill_missing_dtype
+
+
 def _exporter(model: onnx.ModelProto) -> str:
     """Which exporter wrote the model; the dynamo exporter leaves pkg.torch.onnx metadata on its nodes."""
     if any(text(p.key).startswith("pkg.torch.onnx") for n in model.graph.node[:50] for p in n.metadata_props):
@@ -86,12 +108,15 @@ def _exporter(model: onnx.ModelProto) -> str:
 _MAX_MODEL_BYTES = 2 << 30
 
 
-def _read_model(path: str) -> onnx.ModelProto:
+def _read_bytes(path: str) -> bytes:
     with open_regular(path) as fh:
         if os.fstat(fh.fileno()).st_size > _MAX_MODEL_BYTES:
             raise InputError(path, "is larger than 2 GiB, the most an ONNX file can hold (weights above that live "
                                    "in external data files)")
-        data = fh.read()
+        return fh.read()
+
+
+def _parse(path: str, data: bytes) -> onnx.ModelProto:
     try:
         return _parse_model(data)
     except InputError as exc:
