@@ -10,12 +10,17 @@ with 2.2 GB of external data, then times in separate processes, best of --repeat
 and prints wall time and peak RSS (VmHWM of each process) of both, their ratios, and the audit's time per node
 at each size (constant when the audit is linear in node count).
 
+Both run with Python's bytecode cached (in the temporary folder; one run first fills it), as an installed package
+runs: in a source checkout under PYTHONDONTWRITEBYTECODE (this machine's setting) every audit would compile
+precaudit's sources again, about 50 ms (onnx, installed, has its bytecode). --no-bytecode-cache measures without it.
+
     python benchmarks/static_speed.py [--layers 50,100,200] [--repeat 3] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -32,12 +37,12 @@ _AUDIT = (f"import sys; from precaudit.cli import main; code = main([sys.argv[1]
           f"sys.argv[2]]); print({_PEAK}); sys.exit(0 if code in (0, 1) else code)")
 
 
-def measure(code: str, args: list[str], repeat: int) -> tuple[float, float]:
+def measure(code: str, args: list[str], repeat: int, env: dict | None = None) -> tuple[float, float]:
     """Best wall time (s) and the peak RSS (MB) of a child process running code."""
     best, peak = float("inf"), 0.0
     for _ in range(repeat):
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
         wall = time.perf_counter() - start
         if proc.returncode != 0:
             raise SystemExit(f"failed: {proc.stderr.strip()[-500:]}")
@@ -51,8 +56,13 @@ def main() -> int:
     parser.add_argument("--layers", default="50,100,200")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", type=Path, help="build the models here and keep them")
+    parser.add_argument("--no-bytecode-cache", action="store_true", help="run the children as the environment says")
     args = parser.parse_args()
     root = args.keep or Path(tempfile.mkdtemp(prefix="precaudit-static-speed-"))
+    env = None
+    if not args.no_bytecode_cache:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = str(root / "pycache")
 
     import onnx
 
@@ -64,11 +74,14 @@ def main() -> int:
     models.append((f"TinyLlama-1.1B-shaped, {(big.parent / 'model.weights').stat().st_size / 1e9:.1f} GB external",
                    big))
 
+    if env is not None:  # fill the bytecode cache
+        measure(_FLOOR, [str(models[0][1])], 1, env)
+        measure(_AUDIT, [str(models[0][1]), str(models[0][1].parent / "report.txt")], 1, env)
     print(f"{'model':44s} {'nodes':>6s} | {'floor':>14s} | {'precaudit':>14s} | {'ratio wall/RSS':>15s} | per node")
     for label, path in models:
         nodes = len(onnx.load(str(path), load_external_data=False).graph.node)
-        f_wall, f_rss = measure(_FLOOR, [str(path)], args.repeat)
-        a_wall, a_rss = measure(_AUDIT, [str(path), str(path.parent / "report.txt")], args.repeat)
+        f_wall, f_rss = measure(_FLOOR, [str(path)], args.repeat, env)
+        a_wall, a_rss = measure(_AUDIT, [str(path), str(path.parent / "report.txt")], args.repeat, env)
         print(f"{label:44s} {nodes:6d} | {f_wall:5.2f} s {f_rss:4.0f} MB | {a_wall:5.2f} s {a_rss:4.0f} MB | "
               f"{a_wall / f_wall:5.2f}x / {a_rss / f_rss:4.2f}x | {a_wall / nodes * 1e6:5.0f} us "
               f"({(a_wall - f_wall) / nodes * 1e6:4.0f} us beyond the floor)")
