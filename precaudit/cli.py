@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import traceback
@@ -576,6 +577,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         code = EXIT_ERROR
     code = EXIT_CLEAN if code is None else int(code)
     if argv is None:
+        # The process ends here: what the run made (a large model's graph is some 200,000 linked objects) is left to
+        # the OS rather than walked and freed by the cycle collector at exit (90 ms for a 20,000-node graph).
+        gc.freeze()
         sys.exit(code)
     return code
 
