@@ -350,17 +350,17 @@ class _Builder:
         name = text(init.name)
         dims = tuple(init.dims)
         what = f"initializer '{name}'"
-        value = Value(name, _dtype_name(init.data_type), None, dims)
-        value.const_size = element_count(dims, self.path, what)
-        external = init.data_location == onnx.TensorProto.EXTERNAL
-        value.const_origin = what + " (external data)" if external else what
-        value.const_loader = tensor_loader(init, self.path, self.model_dir, what, noted=self._noted)
-        return value
+        count = element_count(dims, self.path, what)
+        loader = tensor_loader(init, self.path, self.model_dir, what, noted=self._noted, count=count)
+        origin = what + " (external data)" if init.data_location == onnx.TensorProto.EXTERNAL else what
+        return Value(name, _DTYPES[init.data_type], None, dims, const_loader=loader, const_origin=origin,
+                     const_size=count)
 
 
 def _make_constant(node: Node, np_: onnx.NodeProto, path: str, model_dir: Path) -> None:
     out = node.outputs[0]
-    attr = next((a for a in np_.attribute), None)
+    attributes = np_.attribute
+    attr = attributes[0] if attributes else None
     if attr is None:
         return
     loader: Callable[[], np.ndarray]

@@ -46,22 +46,24 @@ def element_count(dims, path: str, what: str) -> int:
 
 
 def tensor_loader(tensor: onnx.TensorProto, path: str, model_dir: Path, what: str,
-                  noted: set | None = None) -> Callable[[], np.ndarray]:
+                  noted: set | None = None, count: int | None = None) -> Callable[[], np.ndarray]:
     """A function that returns the tensor's data, read only when it is called.
 
     What can be checked without reading the data is checked now, so a static audit refuses a broken model too:
     dims against the inline bytes, an external entry's path, offset and length. A missing external file is not
     an error until its data is needed: a static audit of a model whose weights were never downloaded still works.
     noted: data files already recorded as read during this load (a model's thousands of tensors name a few files).
+    count: element_count(tensor.dims), when the caller has checked it already.
     """
     if tensor.data_location == _T.EXTERNAL:
-        target, _, _ = _external_entry(tensor, path, model_dir, what)
+        target, _, _ = _external_entry(tensor, path, model_dir, what, count)
         if noted is None or target not in noted:
             note_read(target)  # weights a static audit never reads are still the user's: never write over them
             if noted is not None:
                 noted.add(target)
         return lambda: _external(tensor, path, model_dir, what)
-    count = element_count(tensor.dims, path, what)
+    if count is None:
+        count = element_count(tensor.dims, path, what)
     raw = tensor.raw_data  # (a copy: read once)
     if raw and tensor.data_type not in (_T.STRING, _T.UNDEFINED):
         _check_raw(tensor, len(raw), _byte_count(tensor, count, path, what), path, what)
@@ -107,7 +109,8 @@ def _itemsize(data_type: int) -> int | None:
         return None
 
 
-def _external_entry(tensor: onnx.TensorProto, path: str, model_dir: Path, what: str) -> tuple[Path, int, int]:
+def _external_entry(tensor: onnx.TensorProto, path: str, model_dir: Path, what: str,
+                    count: int | None = None) -> tuple[Path, int, int]:
     """The external data file (inside the model's folder), offset and byte count; refused when they disagree."""
     info = {text(e.key): text(e.value) for e in tensor.external_data}
     location = info.get("location", "")
@@ -117,7 +120,9 @@ def _external_entry(tensor: onnx.TensorProto, path: str, model_dir: Path, what: 
     if target is None:
         raise InputError(path, f"{what}: external data path {location[:200]!r} leaves the model's folder")
     offset = _non_negative(info, "offset", path, what)
-    expected = _byte_count(tensor, element_count(tensor.dims, path, what), path, what)
+    if count is None:
+        count = element_count(tensor.dims, path, what)
+    expected = _byte_count(tensor, count, path, what)
     if "length" in info and _non_negative(info, "length", path, what) != expected:
         raise InputError(path, f"{what}: external data length {info['length'][:40]} disagrees with dims "
                                f"{list(tensor.dims)} ({expected} bytes)")
