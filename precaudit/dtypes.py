@@ -92,10 +92,22 @@ def format_named(name: str) -> Format:
 def round_to_format(value: float, fmt: Format) -> float:
     """Round a float into the format (round to nearest even) and back to a Python float.
 
-    Values beyond the format's range come back as inf (or nan for formats without inf, like e4m3fn).
+    Values beyond the format's range come back as inf (or nan for formats without inf, like e4m3fn). A graph
+    rounds the same few constants (its eps, its scales) at every layer: each is worked out once per format.
     """
-    with np.errstate(over="ignore", invalid="ignore"):
-        return float(np.asarray(value, dtype=np.float64).astype(fmt.np_dtype).astype(np.float64))
+    # a number other than 0 (0.0 and -0.0 would be one key) and NaN (no key finds it)
+    key = (value, fmt.name) if isinstance(value, (float, int)) and value and value == value else None
+    rounded = _ROUNDED.get(key) if key is not None else None
+    if rounded is None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            rounded = float(np.asarray(value, dtype=np.float64).astype(fmt.np_dtype).astype(np.float64))
+        if key is not None and len(_ROUNDED) < _ROUNDED_MAX:
+            _ROUNDED[key] = rounded
+    return rounded
+
+
+_ROUNDED: dict[tuple[float, str], float] = {}
+_ROUNDED_MAX = 1 << 16
 
 
 def classify(value: float, fmt: Format) -> str:
