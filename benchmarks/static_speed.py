@@ -79,13 +79,18 @@ def main() -> int:
         measure(_FLOOR, [str(models[0][1])], 1, env)
         measure(_AUDIT, [str(models[0][1]), str(models[0][1].parent / "report.txt")], 1, env)
     print(f"{'model':44s} {'nodes':>6s} | {'floor':>14s} | {'precaudit':>14s} | {'ratio wall/RSS':>15s} | per node")
+    rows = []
     for label, path in models:
         nodes = len(onnx.load(str(path), load_external_data=False).graph.node)
         f_wall, f_rss = measure(_FLOOR, [str(path)], args.repeat, env)
         a_wall, a_rss = measure(_AUDIT, [str(path), str(path.parent / "report.txt")], args.repeat, env)
+        rows.append((nodes, a_wall))
         print(f"{label:44s} {nodes:6d} | {f_wall:5.2f} s {f_rss:4.0f} MB | {a_wall:5.2f} s {a_rss:4.0f} MB | "
               f"{a_wall / f_wall:5.2f}x / {a_rss / f_rss:4.2f}x | {a_wall / nodes * 1e6:5.0f} us "
               f"({(a_wall - f_wall) / nodes * 1e6:4.0f} us beyond the floor)")
+    llama = rows[:-1]  # linearity: what each added node costs between consecutive sizes of the same graph
+    for (n0, t0), (n1, t1) in zip(llama, llama[1:]):
+        print(f"{n0} -> {n1} nodes: {(t1 - t0) / (n1 - n0) * 1e6:.0f} us per added node")
     return 0
 
 
