@@ -28,8 +28,10 @@ FP16_1E7 = float(np.float16(1e-7))  # 1.1920929e-07: onnxconverter-common's 1e-7
 SUBNORMAL = float(np.float16(5.96e-8))  # 5.9604645e-08: onnxruntime's and modelopt's floor, the smallest subnormal
 
 
-def _emulate(path, engine: str, converter: str, feeds: dict, watch: tuple[str, ...] = (), keep=()) -> tuple:
-    """Run one sample; per watched node, (its emulated inputs, its emulated outputs), as the run's hooks saw them."""
+def _emulate(path, engine: str, converter: str, feeds: dict, watch: tuple[str, ...] = (), keep=(),
+             samples: int = 1) -> tuple:
+    """Run the sample `samples` times (weights are kept between samples, rounded outside onnxruntime's session; a
+    last sample rounds them inside); per watched node, (its emulated inputs, its emulated outputs) in the last run."""
     graph = load_onnx(str(path))
     resolver = DtypeResolver(graph, FORMATS["fp16"], list(keep), converter)
     emulator = Emulator(graph, resolver, engine=engine)
@@ -40,7 +42,8 @@ def _emulate(path, engine: str, converter: str, feeds: dict, watch: tuple[str, .
             def hook(ref_args, emu_args, ref_outs, emu_outs, name=node.name):
                 seen[name] = ([None if a is None else np.array(a) for a in emu_args], [np.array(o) for o in emu_outs])
             emulator.hooks.setdefault(id(node), []).append(hook)
-    emulator.run(feeds, final=True)
+    for i in range(samples):
+        emulator.run(feeds, final=i == samples - 1)
     return emulator, graph, seen
 
 
@@ -140,9 +143,10 @@ def test_only_blocked_readers_leave_the_eps_float32(engine, tmp_path):
 
 # --- weights: fed to onnxruntime as inputs, clamped beside themselves ----------------------------------------------
 
+@pytest.mark.parametrize("samples", [1, 2])
 @pytest.mark.parametrize("converter,tiny,big", [("plain", 0.0, float("inf")), ("onnxconverter-common", FP16_1E7, 1e4),
                                                 ("onnxruntime", SUBNORMAL, 65504.0)])
-def test_a_weight_is_clamped_alike_on_both_engines(converter, tiny, big, tmp_path):
+def test_a_weight_is_clamped_alike_on_both_engines(converter, tiny, big, samples, tmp_path):
     """A 129x128 float32 weight (over the 64 KB onnxruntime embeds) with one 1e-9 and one 2e5: x picks its rows."""
     rng = np.random.default_rng(0)
     w = rng.uniform(0.5, 1.0, (129, 128)).astype(np.float32)
@@ -154,7 +158,7 @@ def test_a_weight_is_clamped_alike_on_both_engines(converter, tiny, big, tmp_pat
     x[0, 0] = x[1, 1] = 1.0  # y = rows 0 and 1 of the weight, as the emulated run holds it
     rows = {}
     for engine in ENGINES:
-        _, _, seen = _emulate(path, engine, converter, {"x": x}, watch=("mm",))
+        _, _, seen = _emulate(path, engine, converter, {"x": x}, watch=("mm",), samples=samples)
         rows[engine] = seen["mm"][1][0]
     assert np.array_equal(rows["numpy"], rows["onnxruntime"], equal_nan=True)  # (plain: 0 * inf is NaN)
     assert rows["numpy"][0, 0] == np.float32(tiny) and rows["numpy"][1, 1] == np.float32(big)

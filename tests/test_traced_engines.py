@@ -204,3 +204,66 @@ def test_onnxruntime_casts_round_as_ml_dtypes_bit_for_bit(fmt):
     assert np.array_equal(np.isnan(got), np.isnan(want))
     finite = ~np.isnan(want)
     assert np.array_equal(got[finite].view(np.uint32), want[finite].view(np.uint32))
+
+
+def _weighted_chain(tmp_path):
+    """Two float32 MatMuls with 256x256 weights (over the 64 KB onnxruntime embeds: session inputs) and a GELU-ish
+    tail, for runs of several samples."""
+    from onnx import helper as h
+
+    from fixtures.onnx_builders import const, model, tensor
+
+    rng = np.random.default_rng(1)
+    nodes = [h.make_node("MatMul", ["x", "w1"], ["a"], name="mm1"), h.make_node("Tanh", ["a"], ["t"], name="tanh"),
+             h.make_node("MatMul", ["t", "w2"], ["b"], name="mm2"), h.make_node("Mul", ["b", "b"], ["y"], name="sq")]
+    inits = [const("w1", rng.standard_normal((256, 256)) * 0.1), const("w2", rng.standard_normal((256, 256)) * 0.1)]
+    return save(model(nodes, [tensor("x", "fp32", (4, 256))], [tensor("y", "fp32", (4, 256))], inits), tmp_path / "w.onnx")
+
+
+def test_weights_are_rounded_once_when_a_sample_follows(tmp_path, monkeypatch):
+    """With a next sample to come, a float32 weight held in float16 is rounded outside the session, once, and kept
+    with the weight; the last sample of a run, and a one-sample run, round it in the session. Same numbers as numpy."""
+    graph = load_onnx(str(_weighted_chain(tmp_path)))
+    rounds = []
+    real = ort_engine.OrtSegments._round
+    monkeypatch.setattr(ort_engine.OrtSegments, "_round", lambda self, data, narrow: rounds.append(data.shape)
+                        or real(self, data, narrow))
+    samples = [{"x": np.random.default_rng(seed).standard_normal((4, 256)).astype(np.float32)} for seed in range(3)]
+    fast = _run(graph, "fp16", "onnxruntime", *samples)
+    assert rounds == [(256, 256), (256, 256)]  # the first sample; the next two read the kept copies
+    segment = next(s for s in fast._ort._segments.values() if s is not None)
+    assert [name for name, _, _, _ in segment.rounded] == ["emu::w1", "emu::w2"] and segment.held is not None
+    slow = _run(graph, "fp16", "numpy", *samples)
+    for vid, want in slow.stats.items():
+        got = fast.stats[vid]
+        assert (got.elements, got.overflow, got.nonfinite) == (want.elements, want.overflow, want.nonfinite)
+        assert got.absmax == pytest.approx(want.absmax, rel=1e-6)
+        assert got.max_error == pytest.approx(want.max_error, rel=1e-3, abs=1e-7)
+    rounds.clear()
+    resolver = DtypeResolver(graph, FORMATS["fp16"])
+    one = Emulator(graph, resolver, engine="onnxruntime")
+    one.run(samples[0], final=True)
+    assert rounds == [] and one.held_bytes == 0  # a one-sample run rounds inside the session, keeps nothing
+
+
+def test_a_measurement_error_on_the_second_thread_is_raised_by_the_run(tmp_path, monkeypatch):
+    """Values are measured on a second thread while the next segment runs: what goes wrong there is raised by run(),
+    after which no measurement is still going on."""
+    from precaudit.errors import InputError
+
+    graph = load_onnx(str(_weighted_chain(tmp_path)))
+    resolver = DtypeResolver(graph, FORMATS["fp16"])
+    emulator = Emulator(graph, resolver, engine="onnxruntime")
+    measured, real = [], Emulator._measure
+
+    def measure(self, step, *args):
+        if step.node.name == "tanh":
+            raise InputError(graph.path, "traced mode: node 'tanh' took another path")
+        measured.append(step.node.name)
+        return real(self, step, *args)
+
+    monkeypatch.setattr(Emulator, "_measure", measure)
+    monkeypatch.setattr(ort_engine, "_FIRST_SEGMENT", 2)  # mm1 and tanh, then the rest: two segments
+    with pytest.raises(InputError, match="took another path"):
+        emulator.run({"x": np.ones((4, 256), np.float32)})
+    assert emulator._ort._pending is None and measured == ["mm1"]

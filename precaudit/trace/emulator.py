@@ -8,6 +8,7 @@ kernels do not: they keep chains of fp16 ops in fp32 and hide overflow.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -197,6 +198,7 @@ class Emulator:
         self._held_consts: set[int] = set()  # kept across samples
         self._small_consts: set[int] = set()
         self.held_bytes = 0  # of weights kept across samples: these constants and onnxruntime's kept segments
+        self._hold_lock = threading.Lock()
         self.final = False  # the sample running is the last: keep nothing for a next one
         self._held_cache: dict[int, Format | None] = {}
         # constants whose converted copy the --converter clamps (Clamp.array before rounding), and those no node
@@ -239,18 +241,24 @@ class Emulator:
             self._ort = OrtSegments(self)
         i = 0
         self.ran_on = {"onnxruntime": 0, "numpy": 0}
-        with np.errstate(all="ignore"):  # inf and NaN are what traced mode is looking for
-            while i < total:
-                after = self._ort.run_from(i, emu, ref) if self._ort is not None else None
-                if after is None:
-                    self._run_step(self._steps[i], emu, ref)
-                    after = i + 1
-                    self.ran_on["numpy"] += 1
-                else:
-                    self.ran_on["onnxruntime"] += after - i
-                i = after
-                if progress is not None:
-                    progress(i, total)
+        try:
+            with np.errstate(all="ignore"):  # inf and NaN are what traced mode is looking for
+                while i < total:
+                    after = self._ort.run_from(i, emu, ref) if self._ort is not None else None
+                    if after is None:
+                        if self._ort is not None:
+                            self._ort.wait()  # measurements go in graph order
+                        self._run_step(self._steps[i], emu, ref)
+                        after = i + 1
+                        self.ran_on["numpy"] += 1
+                    else:
+                        self.ran_on["onnxruntime"] += after - i
+                    i = after
+                    if progress is not None:
+                        progress(i, total)
+        finally:
+            if self._ort is not None:
+                self._ort.wait()
         self._samples = {}
         if final:
             self.release()
@@ -266,11 +274,13 @@ class Emulator:
         self.held_bytes = 0
 
     def may_hold(self, nbytes: int) -> bool:
-        """Whether weights of nbytes may be kept for the next sample (and count them if so)."""
-        if self.final or self.held_bytes + nbytes > HOLD_BYTES:
-            return False
-        self.held_bytes += nbytes
-        return True
+        """Whether weights of nbytes may be kept for the next sample (and count them if so). Thread-safe: onnxruntime's
+        segments ask from the main thread while their measurements, on a second thread, read constants."""
+        with self._hold_lock:
+            if self.final or self.held_bytes + nbytes > HOLD_BYTES:
+                return False
+            self.held_bytes += nbytes
+            return True
 
     def _run_step(self, step: _Step, emu: dict, ref: dict) -> None:
         emu_args = [self._arg(v, emu, w) for v, w in zip(step.inputs, step.const_reads)]

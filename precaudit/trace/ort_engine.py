@@ -8,8 +8,9 @@ overflow; only its Cast rounds, and it rounds float16 and bfloat16 exactly as ml
 
 A segment is a run of consecutive nodes. Its session returns every value the measurements read, so it holds
 them all at once; segments are sized from the bytes the previous ones returned, so memory stays near a fixed
-budget whatever the model. Nodes onnxruntime cannot emulate faithfully (fp8, statistics rounded inside a
-fused norm, unknown domains), and nodes onnxruntime refuses, run on the numpy kernels instead.
+budget whatever the model. The values a segment returned are measured (numpy, stats.py) on a second thread while
+the next segment runs, one segment behind at most. Nodes onnxruntime cannot emulate faithfully (fp8, statistics
+rounded inside a fused norm, unknown domains), and nodes onnxruntime refuses, run on the numpy kernels instead.
 
 Weights (constants over _EMBED_BYTES) are not in the session: they are its inputs, read from the model (memory-mapped
 external data) when the segment runs and dropped when it is done, unless the hold budget keeps them for the next
@@ -18,9 +19,12 @@ over in memory) and prepacks MatMul weights into yet another copy. So a segment 
 float32: a float32 weight as the file's mapped pages, a float16 one widened from them by a one-Cast session into an
 array precaudit frees (in the segment's session the Cast would leave its float32 copies in onnxruntime's arena for
 the rest of the run). The emulation reads that same array where the weight is stored in the format it is held in (an
-fp16 weight in an fp16 run); elsewhere a Cast pair rounds it in the session, just before its reader. Segments are
-also sized by the weights they read (_WEIGHT_BUDGET), so a one-batch run of a 7B-parameter model holds about half a
-layer's weights at a time, never the model's. A weight several segments read (tied embeddings) is read again by each.
+fp16 weight in an fp16 run). Elsewhere, in a one-batch run (or the last batch), a Cast pair rounds it in the session
+just before its reader; when a batch follows, a Cast-pair session rounds it outside into an array fed beside the
+weight, which the hold budget keeps with it: onnxruntime rounding every weight again in every batch cost a third of
+the emulation's time (85M float32 weights of BERT-base). Segments are also sized by the weights they read
+(_WEIGHT_BUDGET, rounded copies included), so a one-batch run of a 7B-parameter model holds about half a layer's
+weights at a time, never the model's. A weight several segments read (tied embeddings) is read again by each.
 
 If/Loop/Scan bodies go into the session too, rewritten the same way for the emulated copy (every name they
 define gets the emu:: prefix, every float output inside is rounded); the outer values a body reads by name
@@ -37,6 +41,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..converters import Clamp
+from ..dtypes import FORMATS
 from ..errors import InputError
 from ..ir import Node, Value
 from .fallback import as_reference
@@ -48,13 +53,16 @@ __all__ = ["OrtSegments", "onnxruntime_available"]
 
 # Formats a Cast pair rounds into; fp8 stays on numpy (onnxruntime's Cast saturates by default, and needs opset 19).
 _ROUND_TO = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
+_NARROW_FORMAT = {TensorProto.FLOAT16: FORMATS["fp16"], TensorProto.BFLOAT16: FORMATS["bf16"]}
 _HELD_AS_IS = {"fp32", "fp64"}
 _NARROW = {TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ,
            TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ}
 _DOMAINS = {"": "", "ai.onnx": "", "com.microsoft": "com.microsoft"}
 _DEFAULT_OPSET = {"": 17, "com.microsoft": 1}
 _EMBED_BYTES = 64 * 2 ** 10
-_BUDGET = 256 * 2 ** 20  # bytes a segment may return, reference and emulation together
+# bytes a segment may return, reference and emulation together (two segments' values are alive at once: one being
+# measured, the next one running); values measured sooner after they are made are also quicker to read again
+_BUDGET = 64 * 2 ** 20
 _WEIGHT_BUDGET = 512 * 2 ** 20  # bytes of weights a segment may read, as its runs hold them (float32, and rounded)
 _FIRST_SEGMENT = 32  # nodes, before any size is known
 _MIN_SEGMENT, _MAX_SEGMENT = 16, 2048
@@ -81,6 +89,9 @@ class _Segment:
     # (weight's input name, clamped copy's input name, clamp): a weight the --converter's clamp changes, fed clamped
     # beside itself for the emulated run
     clamps: list[tuple[str, str, Clamp]] = field(default_factory=list)
+    # (rounded copy's input name, weight's input name, narrow type, clamp or None): a weight the emulated run reads
+    # rounded, fed rounded (and kept with the weights for the next sample) rather than rounded in the session each run
+    rounded: list[tuple[str, str, int, Clamp | None]] = field(default_factory=list)
     held: dict[str, np.ndarray] | None = None  # the weights, kept for the next sample; None: read at each run
 
 
@@ -105,6 +116,10 @@ class OrtSegments:
         self._measured = self._measured_values()
         self._opsets = self._opset_imports()
         self._widener = None  # a one-Cast session, made when the first float16 weight is fed
+        self._rounders: dict[int, object] = {}  # per narrow type, a Cast-pair session that rounds weights
+        # a segment's values are measured on a second thread while the next segment runs on onnxruntime
+        self._worker = None
+        self._pending = None
         self._clamp_changes: dict[int, bool] = {}  # per weight under a --converter clamp: does the clamp change it
 
     # ---- running -------------------------------------------------------------------------------------------
@@ -148,13 +163,34 @@ class OrtSegments:
             returned += array.nbytes
         del outs  # each value now lives in the environment only, until its last reader frees it
         self._bytes_per_step = max(1.0, returned / (end - start))
-        for k in range(start, end):
-            self._measure_step(self.em._steps[k], emu, ref)
+        self.wait()  # the segment before is measured; this one is measured while the next one runs
+        if self.em.reference:
+            if self._worker is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._worker = ThreadPoolExecutor(1, thread_name_prefix="precaudit-measure")
+            self._pending = self._worker.submit(self._measure_steps, start, end, emu, ref)
+        else:
+            self._measure_steps(start, end, emu, ref)
         return end
 
+    def _measure_steps(self, start: int, end: int, emu: dict, ref: dict) -> None:
+        with np.errstate(all="ignore"):  # (errstate is per thread) inf and NaN are what traced mode looks for
+            for k in range(start, end):
+                self._measure_step(self.em._steps[k], emu, ref)
+
+    def wait(self) -> None:
+        """Until the segment being measured on the second thread is measured (its error, if any, raised here)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
     def release(self) -> None:
-        """Drop every session and the weights kept with them (after the last sample)."""
+        """Drop every session and the weights kept with them (after the last sample), and the measuring thread."""
         self._segments = {i: None for i, segment in self._segments.items() if segment is None}
+        if self._worker is not None:
+            self._worker.shutdown()
+            self._worker = None
 
     def _weights(self, segment: _Segment) -> dict[str, np.ndarray]:
         """The segment's weights as its session reads them, read from the model now, one at a time: in the
@@ -167,7 +203,27 @@ class OrtSegments:
             del data  # (its mapping goes with it)
         for name, clamped, clamp in segment.clamps:
             feeds[clamped] = clamp.array(feeds[name])
+        for name, source, narrow, clamp in segment.rounded:
+            feeds[name] = self._round(clamp.array(feeds[source]) if clamp is not None else feeds[source], narrow)
         return feeds
+
+    def _round(self, data: np.ndarray, narrow: int) -> np.ndarray:
+        """A float32 weight rounded into a narrow type and back, by onnxruntime's Cast pair (what the session would
+        do), into an array precaudit owns."""
+        session = self._rounders.get(narrow)
+        if session is None:
+            session = self._rounders[narrow] = _caster([(TensorProto.FLOAT, narrow), (narrow, TensorProto.FLOAT)])
+        out = np.empty(data.shape, np.float32)
+        if session is False or data.size == 0:
+            from .emulator import round_into  # (the emulator imports this module)
+
+            np.copyto(out, round_into(data, _NARROW_FORMAT[narrow]))
+            return out
+        binding = session.io_binding()
+        binding.bind_cpu_input("x", _contiguous(data))
+        binding.bind_output("y", "cpu", 0, np.float32, list(out.shape), out.ctypes.data)
+        session.run_with_iobinding(binding)
+        return out
 
     def _changed_by(self, v: Value, clamp: Clamp) -> bool:
         """Whether the clamp changes any of a weight's numbers (read once, a few million at a time)."""
@@ -188,7 +244,7 @@ class OrtSegments:
         """float16 → float32 (exact) by onnxruntime's Cast, into an array precaudit owns: 5x numpy's astype, and the
         float32 copy is freed with the segment, not kept in onnxruntime's arena for the rest of the run."""
         if self._widener is None:
-            self._widener = _widener()
+            self._widener = _caster([(TensorProto.FLOAT16, TensorProto.FLOAT)])
         out = np.empty(data.shape, np.float32)
         if self._widener is False or data.size == 0:
             np.copyto(out, data)
@@ -335,6 +391,10 @@ class OrtSegments:
         consts: dict[str, np.ndarray] = {}  # small constants, embedded in the session
         weights: list[tuple[str, Value]] = []  # large ones, fed when it runs
         clamps: list[tuple[str, str, Clamp]] = []  # weights fed clamped too (a --converter's clamp)
+        rounded: list[tuple[str, str, int, Clamp | None]] = []  # weights fed rounded (see _Segment.rounded)
+        # a sample follows: weights are rounded outside the session, so that their rounded copies can be kept with
+        # them; a one-sample run rounds each in the session just before its reader, one at a time
+        round_outside = not em.final
         weight_names: set[str] = set()
         as_held: set[int] = set()  # weights stored in the format they are held in: their rounding changes nothing
         rounded_consts: set[int] = set()
@@ -372,6 +432,12 @@ class OrtSegments:
             if id(v) not in rounded_consts:
                 rounded_consts.add(id(v))
                 source, clamp = v.name, em._const_clamps.get(id(v))
+                if round_outside and v.name in weight_names:
+                    inputs[name] = onnx.ValueInfoProto()
+                    inputs[name].CopyFrom(inputs[v.name])  # (a float32 weight: only those are rounded)
+                    inputs[name].name = name
+                    rounded.append((name, v.name, _ROUND_TO[em._held(v).name], clamp))
+                    return name
                 if clamp is not None and v.name in consts:
                     source = f"clamp::{v.name}"
                     consts[source] = clamp.array(consts[v.name])
@@ -441,10 +507,12 @@ class OrtSegments:
             options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
         # a session's threads spin after its run; the next segment's session would have to run beside them
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+
         session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         run_options = ort.RunOptions()
         run_options.log_severity_level = 4
-        return _Segment(start, end, session, ref_feeds, emu_feeds, fetch, run_options, weights, clamps=clamps)
+        return _Segment(start, end, session, ref_feeds, emu_feeds, fetch, run_options, weights, clamps=clamps,
+                        rounded=rounded)
 
     # ---- control-flow bodies ------------------------------------------------------------------------------
 
@@ -553,14 +621,15 @@ class OrtSegments:
         return opsets
 
 
-def _widener():
-    """A session that casts float16 to float32 without an arena (its outputs are precaudit's arrays); False where
-    onnxruntime will not build it (numpy widens then)."""
+def _caster(casts: list[tuple[int, int]]):
+    """A session of Casts x → y (each (from, to)) without an arena: its outputs are precaudit's arrays (the widener
+    of float16 weights, the rounders of float32 ones); False where onnxruntime will not build it (numpy does it then)."""
     import onnxruntime as ort
 
-    graph = helper.make_graph([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)], "precaudit_widen",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT16, None)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    names = ["x", *(f"c{k}" for k in range(len(casts) - 1)), "y"]
+    nodes = [helper.make_node("Cast", [names[k]], [names[k + 1]], to=to) for k, (_, to) in enumerate(casts)]
+    graph = helper.make_graph(nodes, "precaudit_cast", [helper.make_tensor_value_info("x", casts[0][0], None)],
+                              [helper.make_tensor_value_info("y", casts[-1][1], None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     options = ort.SessionOptions()
