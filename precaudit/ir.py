@@ -134,6 +134,9 @@ class Graph:
     exporter: str = ""  # "torch-dynamo", "torch-torchscript", or the producer name: exporter facts depend on it
     module_eps: dict[str, str] = field(default_factory=dict)  # module path -> "LayerNorm.eps = 1e-12" (torch)
     converted_to: str | None = None  # a PyTorch module precaudit converted with model.to(dtype) before capture
+    # Every node reads only values defined before it (the ONNX frontend checks it as it builds): walking producers
+    # never meets a cycle, so an analysis may walk only the inputs it needs (analysis/signs.py).
+    acyclic: bool = False
 
     def __iter__(self) -> Iterator[Node]:
         return iter(self.nodes)

@@ -39,8 +39,8 @@ _COUNTING = {"ReduceSum", "ReduceMean", "ReduceL1", "ReduceL2", "ReduceSumSquare
 _AT_LEAST_0 = ("positive", "mask", "count", "nonneg")
 _ORDER = {"positive": 0, "mask": 1, "count": 2, "nonneg": 3, "signed": 4, "unknown": 5}
 # How many of a node's (present) inputs, from the first, _of_node reads the classes of: _ALL, 1, or none (ops not
-# listed: their class is fixed, or unknown whatever the inputs). Only those are classed, so a Reshape's shape
-# computation or a MatMul's operands are never walked for a class nobody reads.
+# listed: their class is fixed, or unknown whatever the inputs). In an acyclic graph only those are classed, so a
+# Reshape's shape computation or a MatMul's operands are never walked for a class nobody reads.
 _ALL: int = -1
 _NEEDS = {**{op: 1 for op in (*_PASS, *_COUNTING, "Sqrt", "Pow", "Reciprocal")},
           **{op: _ALL for op in ("Sub", "Mul", "Add", "Max", "Clip", "Div", "Concat")},
@@ -65,6 +65,10 @@ class SignAnalysis:
         self._memo: dict[int, str] = {}
         self._origins: dict[int, str] = {}  # id(value) -> where its mask comes from (mask_origin)
         self._resolver = resolver
+        # In a graph without cycles (Graph.acyclic) a value's class depends on its upstream alone, so only the inputs
+        # an op's class reads are classed (_NEEDS). Where a cycle may be (an IR built by hand), every input is, in
+        # order, as the classes of values met again on the path depend on the order they are met in.
+        self._lazy = resolver is not None and resolver.graph.acyclic
 
     def of(self, value: Value | None) -> str:
         """The sign class of a value, from the ops upstream of it.
@@ -149,12 +153,12 @@ class SignAnalysis:
                 self._memo[key] = "mask"
             return None
         inputs = [v for v in node.inputs if v is not None]
-        need = _NEEDS.get(node.op_type, 0)
+        need = _NEEDS.get(node.op_type, 0) if self._lazy else _ALL
         return [value, node, inputs, [], len(inputs) if need == _ALL else min(need, len(inputs))]
 
     def _of_node(self, node: Node, inputs: list[Value], ins: list[str]) -> str:
-        """A node's output class from its op and the classes of its (present) inputs, in order: as many as _NEEDS
-        says the op reads (an op whose class its inputs do not decide, a MatMul or a Shape, walks nothing up)."""
+        """A node's output class from its op and the classes of its (present) inputs, in order: at least as many
+        as _NEEDS says the op reads (an op whose class its inputs do not decide, a MatMul or a Shape, needs none)."""
         op = node.op_type
         if op in _BOOLEAN:
             return "mask"

@@ -50,6 +50,7 @@ def load_onnx(path: str) -> Graph:
     builder = _Builder(path, model_dir, opsets)
     graph = Graph(path=path, producer_name=text(model.producer_name))
     builder.build(model.graph, graph, scope={}, subgraph_path="")
+    graph.acyclic = True  # the builder refused any value read before it was defined
     graph.exporter = _exporter(model)
     return graph
 
