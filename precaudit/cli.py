@@ -7,14 +7,11 @@ import os
 import sys
 import traceback
 import warnings
-from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
-
-import typer
-from typer.core import TyperGroup
+from typing import TYPE_CHECKING
 
 from . import __version__
+from .cli_parser import COMMANDS, UsageError, parser_for, top_help
 
 if TYPE_CHECKING:  # the heavy modules load only when a command needs them, so --version stays instant
     from .config import Settings
@@ -23,128 +20,24 @@ if TYPE_CHECKING:  # the heavy modules load only when a command needs them, so -
     from .report.outcome import Outcome
     from .rules.loader import Rule
 
-__all__ = ["app", "main"]
+__all__ = ["main"]
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
-class _DefaultToCheck(TyperGroup):
-    """`precaudit model.onnx` means `precaudit check model.onnx`: anything that is not a command goes to check."""
-
-    def parse_args(self, ctx, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
-            args = ["check", *args]
-        return super().parse_args(ctx, args)
+def _bad_value(option: str, problem: str) -> UsageError:
+    return UsageError(f"Invalid value for '{option}': {problem}")
 
 
-app = typer.Typer(cls=_DefaultToCheck, add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
-                  help="Precision audit for ML models: where will this graph lose its numbers in fp16, bf16 or fp8?")
-
-
-class OutputFormat(str, Enum):
-    text = "text"
-    json = "json"
-    sarif = "sarif"
-    github = "github"
-    junit = "junit"
-    concise = "concise"
-    html = "html"
-
-
-class FailOn(str, Enum):
-    error = "error"
-    warning = "warning"
-    info = "info"
-    never = "never"
-
-
-class ListFormat(str, Enum):
-    text = "text"
-    json = "json"
-
-
-_CONVERTER_METAVAR = "plain|onnxconverter-common|onnxruntime|olive|modelopt"
-_CONVERTER_HELP = ("The fp16 converter to model: its default block list, its clamp of the constants it converts and "
-                   "its Cast handling (default plain: every float32 tensor runs in --dtype).")
-
-
-def _converter_name(value: Optional[str]) -> Optional[str]:
+def _converter_name(value: str | None) -> str | None:
     from .converters import CONVERTER_NAMES
 
     if value is not None and value not in CONVERTER_NAMES:
-        raise typer.BadParameter(f"unknown converter {value!r}; choose one of {', '.join(CONVERTER_NAMES)}",
-                                 param_hint="'--converter'")
+        raise _bad_value("--converter", f"unknown converter {value!r}; choose one of {', '.join(CONVERTER_NAMES)}")
     return value
 
 
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"precaudit {__version__}")
-        raise typer.Exit(EXIT_CLEAN)
-
-
-@app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the version and exit.")) -> None:
-    """Precision audit for ML models."""
-
-
-@app.command()
-def check(
-    models: List[str] = typer.Argument(None, metavar="MODEL...",
-                                       help="ONNX files, or PyTorch models: model.py:factory, package.module:factory, "
-                                            ".pt2 (torch.export), TorchScript .pt."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", "-d",
-                                        help="Target dtype: fp16 (default), bf16, fp8-e4m3, fp8-e5m2, fp32 or fp64."),
-    autocast: Optional[str] = typer.Option(None, "--autocast", metavar="cuda|cpu",
-                                           help="PyTorch: run the float32 module under torch.autocast(device, --dtype) "
-                                                "instead of model.to(--dtype)."),
-    keep_fp32: List[str] = typer.Option([], "--keep-fp32", metavar="OP_OR_NODE,...",
-                                        help="Op types, node names or globs kept in float32 (your converter's block list)."),
-    converter: Optional[str] = typer.Option(None, "--converter", metavar=_CONVERTER_METAVAR, help=_CONVERTER_HELP),
-    rules: List[str] = typer.Option([], "--rules", metavar="PATH",
-                                    help="Extra YAML rule file or folder; may override built-in severities and params."),
-    select: List[str] = typer.Option([], "--select", metavar="RULE,...",
-                                     help="Run only these rules: ids, names or id prefixes (PA1), or ALL."),
-    ignore: List[str] = typer.Option([], "--ignore", metavar="RULE,...",
-                                     help="Do not run these rules (wins over --select)."),
-    preview: Optional[bool] = typer.Option(None, "--preview/--no-preview",
-                                           help="Also run preview rules matched by a prefix or the default selection."),
-    output_format: Optional[OutputFormat] = typer.Option(None, "--format", "-f", help="Report format (default text)."),
-    no_group: bool = typer.Option(False, "--no-group",
-                                  help="Text report: one block per finding instead of one per set of alike findings."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file."),
-    fail_on: Optional[FailOn] = typer.Option(None, "--fail-on",
-                                             help="Exit 1 when a finding of this severity or worse is found (default error)."),
-    exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even with findings (errors still exit 2)."),
-    statistics: bool = typer.Option(False, "--statistics", help="Print a count per rule instead of every finding."),
-    baseline: Optional[str] = typer.Option(None, "--baseline", metavar="FILE",
-                                           help="Report only findings not in this baseline."),
-    write_baseline: Optional[str] = typer.Option(None, "--write-baseline", metavar="FILE",
-                                                 help="Accept the current findings: write them to FILE and exit 0."),
-    show_settings: bool = typer.Option(False, "--show-settings", help="Print the resolved configuration and exit."),
-    trace: bool = typer.Option(False, "--trace", help="Run the model and emulate the target dtype op by op."),
-    check_weights: Optional[bool] = typer.Option(None, "--check-weights/--no-check-weights",
-                                                 help="Read every float32 weight (one at a time) and check it against "
-                                                      "the target dtype (always on with --trace)."),
-    inputs: List[str] = typer.Option([], "--inputs", metavar="FILE.npz",
-                                     help="Traced mode: one array per graph input (else synthesized); repeat the "
-                                          "option for several batches."),
-    samples: int = typer.Option(1, "--samples", min=1, help="Traced mode: how many synthesized input batches."),
-    dim: List[str] = typer.Option([], "--dim", metavar="NAME=SIZE", help="Traced mode: size of a symbolic dim."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Traced mode: seed for synthesized inputs."),
-    trace_engine: str = typer.Option("auto", "--trace-engine", metavar="auto|onnxruntime|numpy",
-                                     help="Traced mode: what runs the ops (auto: onnxruntime where installed)."),
-    input_shape: List[str] = typer.Option([], "--input-shape", metavar="D0,D1,...",
-                                          help="PyTorch: shape of each forward() argument when the factory gives none."),
-    input_dtype: str = typer.Option("fp32", "--input-dtype", help="PyTorch: dtype of synthesized inputs (fp32, fp16, bf16, int64 for token ids)."),
-    trust_pickle: bool = typer.Option(False, "--trust-pickle",
-                                      help="PyTorch: allow unpickling a whole module (runs code from the file)."),
-    no_color: bool = typer.Option(False, "--no-color", help="Plain text even on a terminal."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1,
-                                       help="Models audited at a time, in worker processes (default: the cores)."),
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
-) -> int:
+def check(*, models, dtype, autocast, keep_fp32, converter, rules, select, ignore, preview, output_format, no_group, output, fail_on, exit_zero, statistics, baseline, write_baseline, show_settings, trace, check_weights, inputs, samples, dim, seed, trace_engine, input_shape, input_dtype, trust_pickle, no_color, jobs, debug) -> int:
     """Audit models against the target dtype (the default command)."""
     from .config import load_settings
     from .errors import InputError
@@ -152,13 +45,13 @@ def check(
 
     given = {"dtype": dtype, "autocast": autocast, "keep_fp32": _split(keep_fp32), "rules": list(rules),
              "select": _split(select),
-             "ignore": _split(ignore), "preview": preview, "format": output_format and output_format.value,
-             "fail_on": fail_on and fail_on.value, "baseline": baseline, "check_weights": check_weights,
+             "ignore": _split(ignore), "preview": preview, "format": output_format,
+             "fail_on": fail_on, "baseline": baseline, "check_weights": check_weights,
              "converter": _converter_name(converter)}
     # Only flags the user typed override the pyproject: None and empty lists mean "not given".
     settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
     if show_settings:
-        typer.echo(settings.describe(), nl=False)
+        _write_stdout(settings.describe())
         return EXIT_CLEAN
     if not models:
         raise InputError(None, "no model given: precaudit MODEL.onnx [MORE.onnx ...] [options]")
@@ -194,16 +87,16 @@ def check(
     return outcome.exit_code
 
 
-def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_zero: bool,
-         torch_options: TorchOptions, trace_options: Optional[TraceOptions], jobs: int = 1,
+def _run(models: list[str], settings: Settings, write_to: str | None, exit_zero: bool,
+         torch_options: TorchOptions, trace_options: TraceOptions | None, jobs: int = 1,
          debug: bool = False) -> Outcome:
     """Select rules, audit, drop ignored and baselined findings, and decide the exit code."""
     from .audit import AuditResult
     from .baseline import apply_baseline, write_baseline
     from .escape import printable
     from .finding import severity_rank
-    from .report.locations import repo_root
     from .parallel import audit_in_parallel
+    from .report.locations import repo_root
     from .report.outcome import Outcome
     from .rules.loader import load_rules
     from .selection import active_rules, drop_ignored
@@ -216,13 +109,12 @@ def _run(models: list[str], settings: Settings, write_to: Optional[str], exit_ze
                                torch_options=torch_options, trace=trace_options, check_weights=settings.check_weights,
                                dtype_maps=settings.format == "html", converter=settings.converter)
     for err in result.errors:
-        typer.echo(f"precaudit: {err}", err=True)
+        _error(str(err))
     kept = drop_ignored(result.findings, {r.id: r for r in rule_set}, settings.per_model_ignores,
                         settings.per_node_ignores, settings.project_root)
     if write_to is not None:
         write_baseline(write_to, kept, may_replace=_baseline_file(settings))
-        typer.echo(f"precaudit: wrote {len(kept)} finding{'s' * (len(kept) != 1)} to the baseline "
-                   f"{printable(write_to)}", err=True)
+        _error(f"wrote {len(kept)} finding{'s' * (len(kept) != 1)} to the baseline {printable(write_to)}")
     match = apply_baseline(settings.baseline, kept, result.models) if settings.baseline else None
     counted = match.new if match else kept
 
@@ -247,7 +139,7 @@ def _target(settings: Settings) -> Format:
     try:
         return format_named(settings.dtype)
     except KeyError as exc:  # a pyproject dtype was checked when the config was read, so this is the flag
-        raise typer.BadParameter(str(exc.args[0]), param_hint="'--dtype'") from None
+        raise _bad_value("--dtype", str(exc.args[0])) from None
 
 
 def _check_all_selectors(settings: Settings, rules: list[Rule]) -> None:
@@ -266,42 +158,25 @@ def _check_all_selectors(settings: Settings, rules: list[Rule]) -> None:
             check_selectors(selectors, rules, settings.config_file, key)
 
 
-@app.command("rules")
-def list_rules(
-    rules: List[str] = typer.Option([], "--rules", metavar="PATH", help="Extra YAML rule file or folder to list too."),
-    output_format: ListFormat = typer.Option(ListFormat.text, "--format", "-f", help="text or json."),
-) -> int:
+def list_rules(*, rules, output_format) -> int:
     """List every rule: id, name, severity, whether it runs by default, summary."""
     from .report.rule_docs import render_rule_json, render_rule_table
 
     all_rules = _rules_for_docs(rules)
-    render = render_rule_json if output_format is ListFormat.json else render_rule_table
-    typer.echo(render(all_rules), nl=False)
+    render = render_rule_json if output_format == "json" else render_rule_table
+    _write_stdout(render(all_rules))
     return EXIT_CLEAN
 
 
-@app.command()
-def explain(
-    rule: str = typer.Argument(..., metavar="RULE", help="A rule id (PA101) or name (eps-underflow)."),
-    rules: List[str] = typer.Option([], "--rules", metavar="PATH", help="Extra YAML rule file or folder."),
-) -> int:
+def explain(*, rule, rules) -> int:
     """Explain a rule: what it checks, a worked example in numbers, and the fix."""
     from .report.rule_docs import render_explanation
 
-    typer.echo(render_explanation(_rule_named(rule, rules)), nl=False)
+    _write_stdout(render_explanation(_rule_named(rule, rules)))
     return EXIT_CLEAN
 
 
-@app.command()
-def match(
-    rule: str = typer.Argument(..., metavar="RULE", help="A rule id (PA203) or name (naive-softmax)."),
-    model: str = typer.Argument(..., metavar="MODEL", help="The model to match the rule against."),
-    node: str = typer.Option("*", "--node", metavar="GLOB", help="Only nodes whose name matches this glob."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="Target dtype (default from config, else fp16)."),
-    keep_fp32: List[str] = typer.Option([], "--keep-fp32", metavar="OP_OR_NODE,..."),
-    converter: Optional[str] = typer.Option(None, "--converter", metavar=_CONVERTER_METAVAR, help=_CONVERTER_HELP),
-    rules: List[str] = typer.Option([], "--rules", metavar="PATH", help="Extra YAML rule file or folder."),
-) -> int:
+def match(*, rule, model, node, dtype, keep_fp32, converter, rules) -> int:
     """Show, node by node, why a rule fires or does not: the pattern step that failed, or the condition's values."""
     from .analysis.compute_dtype import DtypeResolver
     from .audit import load_graph
@@ -315,39 +190,13 @@ def match(
     target = _target(settings)
     graph = load_graph(model, target=target.name)
     resolver = DtypeResolver(graph, target, settings.keep_fp32, settings.converter)
-    typer.echo(f"{chosen.id} {chosen.name} on {printable(model)} (--dtype {resolver.target.name})")
-    for line in trace_rule(graph, resolver, chosen, node):
-        typer.echo(f"  {printable(line)}")
+    lines = [f"{chosen.id} {chosen.name} on {printable(model)} (--dtype {resolver.target.name})"]
+    lines += [f"  {printable(line)}" for line in trace_rule(graph, resolver, chosen, node)]
+    _write_stdout("".join(f"{line}\n" for line in lines))
     return EXIT_CLEAN
 
 
-@app.command("keep-list")
-def keep_list(
-    model: str = typer.Argument(..., metavar="MODEL", help="An ONNX file, or a PyTorch model (model.py:factory, ...)."),
-    target_for: Optional[str] = typer.Option(None, "--for", metavar="CONVERTER",
-                                             help="onnxconverter-common, onnxruntime, olive, modelopt (ONNX models); "
-                                                  "pytorch, torch-tensorrt (PyTorch models)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="Target dtype (default from config, else fp16)."),
-    keep_fp32: List[str] = typer.Option([], "--keep-fp32", metavar="OP_OR_NODE,...",
-                                        help="Your own block list, kept and printed with the list."),
-    rules: List[str] = typer.Option([], "--rules", metavar="PATH", help="Extra YAML rule file or folder."),
-    trace: bool = typer.Option(False, "--trace", help="Verify the list by emulating the model (and grow it)."),
-    inputs: List[str] = typer.Option([], "--inputs", metavar="FILE.npz", help="Traced: one batch per file."),
-    samples: int = typer.Option(1, "--samples", min=1, help="Traced: how many synthesized batches."),
-    dim: List[str] = typer.Option([], "--dim", metavar="NAME=SIZE", help="Traced: size of a symbolic dim."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Traced: seed for synthesized inputs."),
-    trace_engine: str = typer.Option("auto", "--trace-engine", metavar="auto|onnxruntime|numpy"),
-    tolerance: float = typer.Option(0.01, "--tolerance", metavar="REL",
-                                    help="Traced: the largest output error allowed, relative to the output's largest "
-                                         "|value| (default 0.01)."),
-    max_runs: int = typer.Option(30, "--max-runs", min=1, help="Traced: emulation runs at most."),
-    output_format: ListFormat = typer.Option(ListFormat.text, "--format", "-f", help="text or json."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the list to this file."),
-    input_shape: List[str] = typer.Option([], "--input-shape", metavar="D0,D1,..."),
-    input_dtype: str = typer.Option("fp32", "--input-dtype"),
-    trust_pickle: bool = typer.Option(False, "--trust-pickle"),
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
-) -> int:
+def keep_list(*, model, target_for, dtype, keep_fp32, rules, trace, inputs, samples, dim, seed, trace_engine, tolerance, max_runs, output_format, output, input_shape, input_dtype, trust_pickle, debug) -> int:
     """The nodes to keep in float32, as your converter's arguments; verified by emulation with --trace."""
     from .files import check_output
     from .keeplist.command import keep_list_report
@@ -356,7 +205,7 @@ def keep_list(
     if output is not None:
         check_output(output)
     if trace_engine not in TRACE_ENGINES:
-        raise typer.BadParameter(f"choose one of {', '.join(TRACE_ENGINES)}", param_hint="'--trace-engine'")
+        raise _bad_value("--trace-engine", f"choose one of {', '.join(TRACE_ENGINES)}")
     trace_options = TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine,
                                  progress=output is None and _color_ok(False)) if trace else None
     from .config import load_settings
@@ -364,35 +213,12 @@ def keep_list(
     _note_named_inputs([model], load_settings({"rules": list(rules)} if rules else {}), inputs)  # -o never over them
     text = keep_list_report(model, {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules)}, target_for,
                             TorchOptions(_shapes(input_shape), input_dtype, trust_pickle), trace_options, tolerance,
-                            max_runs, output_format.value)
+                            max_runs, output_format)
     _write(text, output)
     return EXIT_CLEAN
 
 
-@app.command("fix")
-def fix(
-    model: str = typer.Argument(..., metavar="MODEL", help="The ONNX file to repair (never written over)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the fixed model."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="Target dtype (default from config, else fp16)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan only; write nothing."),
-    min_eps: Optional[float] = typer.Option(None, "--min-eps", metavar="V",
-                                            help="Raise eps (and guards) to V instead of the smallest normal number."),
-    keep_fp32: List[str] = typer.Option([], "--keep-fp32", metavar="OP_OR_NODE,...",
-                                        help="Your converter's block list, as for the audit."),
-    converter: Optional[str] = typer.Option(None, "--converter", metavar=_CONVERTER_METAVAR, help=_CONVERTER_HELP),
-    rules: List[str] = typer.Option([], "--rules", metavar="PATH", help="Extra YAML rule file or folder."),
-    select: List[str] = typer.Option([], "--select", metavar="RULE,...", help="Repair only these rules' findings."),
-    ignore: List[str] = typer.Option([], "--ignore", metavar="RULE,...", help="Leave these rules' findings alone."),
-    trace: bool = typer.Option(False, "--trace", help="Also emulate both models in --dtype, side by side."),
-    inputs: List[str] = typer.Option([], "--inputs", metavar="FILE.npz",
-                                     help="Inputs for the checks, one batch per file (else synthesized)."),
-    samples: int = typer.Option(1, "--samples", min=1, help="How many synthesized batches."),
-    dim: List[str] = typer.Option([], "--dim", metavar="NAME=SIZE", help="Size of a symbolic dim."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed for synthesized inputs."),
-    trace_engine: str = typer.Option("auto", "--trace-engine", metavar="auto|onnxruntime|numpy"),
-    output_format: ListFormat = typer.Option(ListFormat.text, "--format", "-f", help="text or json (on stdout)."),
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
-) -> int:
+def fix(*, model, output, dtype, dry_run, min_eps, keep_fp32, converter, rules, select, ignore, trace, inputs, samples, dim, seed, trace_engine, output_format, debug) -> int:
     """Repair what the audit found, minimally and locally; write a new model, checked against the original."""
     from .config import load_settings
     from .files import check_output
@@ -402,13 +228,13 @@ def fix(
     if output is not None:
         check_output(output, what="the fixed model")
     if trace_engine not in TRACE_ENGINES:
-        raise typer.BadParameter(f"choose one of {', '.join(TRACE_ENGINES)}", param_hint="'--trace-engine'")
+        raise _bad_value("--trace-engine", f"choose one of {', '.join(TRACE_ENGINES)}")
     _note_named_inputs([model], load_settings({"rules": list(rules)} if rules else {}), inputs)  # -o never over them
     given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "select": _split(select),
              "ignore": _split(ignore), "converter": _converter_name(converter)}
     text, code = fix_report(model, given, str(output) if output is not None else None, dry_run, min_eps,
                             TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine), trace,
-                            output_format.value)
+                            output_format)
     _write_stdout(text)
     return code
 
@@ -436,7 +262,7 @@ def _shapes(entries: list[str]) -> list[tuple[int, ...]]:
     try:
         return [tuple(int(d) for d in entry.split(",") if d.strip()) for entry in entries]
     except ValueError:
-        raise typer.BadParameter(f"shapes are comma-separated integers, got {entries}", param_hint="'--input-shape'") from None
+        raise _bad_value("--input-shape", f"shapes are comma-separated integers, got {entries}") from None
 
 
 def _dims(entries: list[str]) -> dict[str, int]:
@@ -445,7 +271,7 @@ def _dims(entries: list[str]) -> dict[str, int]:
     for entry in entries:
         name, _, size = entry.partition("=")
         if not name or not size.isdigit() or int(size) == 0:
-            raise typer.BadParameter(f"expected NAME=SIZE with SIZE >= 1, got {entry!r}", param_hint="'--dim'")
+            raise _bad_value("--dim", f"expected NAME=SIZE with SIZE >= 1, got {entry!r}")
         dims[name.strip()] = int(size)
     return dims
 
@@ -482,7 +308,6 @@ def _render(outcome: Outcome, color: bool, group: bool = True) -> str:
 def _note_named_inputs(models: list[str], settings: Settings, inputs: list[str]) -> None:
     """Record every file named on the command line or in the config as read by this run: no output goes over one."""
     from .files import note_read
-
     from .frontends.torch_input import is_torch_input, torch_input_files
 
     named = [*inputs, *settings.rules, settings.baseline, settings.config_file]
@@ -498,7 +323,7 @@ def _baseline_file(settings: Settings) -> tuple[str, ...]:
     return (settings.baseline,) if settings.baseline else ()
 
 
-def _write(text: str, output: Optional[Path]) -> None:
+def _write(text: str, output: Path | None) -> None:
     if output is None:
         _write_stdout(text)
         return
@@ -536,29 +361,44 @@ def _color_ok(no_color: bool) -> bool:
     return not no_color and "NO_COLOR" not in os.environ and sys.stdout is not None and sys.stdout.isatty()
 
 
-def _is_usage_error(exc: Exception) -> bool:
-    # typer may vendor its own copy of click, so match click's exception class by name, not identity.
-    return any(cls.__name__ == "ClickException" for cls in type(exc).__mro__)
+_FUNCTIONS = {"check": check, "rules": list_rules, "explain": explain, "match": match, "keep-list": keep_list,
+              "fix": fix}
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def _dispatch(args: list[str]) -> int:
+    """`precaudit MODEL ...` is `precaudit check MODEL ...`; a command's own name picks the others."""
+    if not args:  # a bare `precaudit` is a usage error that shows what to type
+        sys.stderr.write(top_help())
+        return EXIT_ERROR
+    if args[0] in ("-h", "--help"):
+        _write_stdout(top_help())
+        return EXIT_CLEAN
+    if args[0] == "--version":
+        _write_stdout(f"precaudit {__version__}\n")
+        return EXIT_CLEAN
+    command = args[0] if args[0] in COMMANDS else "check"
+    rest = args[1:] if args[0] in COMMANDS else args
+    parser = parser_for(command)
+    try:
+        # intermixed: options may come before, between and after the models, as they may on any modern CLI
+        options = parser.parse_intermixed_args(rest)
+    except SystemExit as exc:  # --help printed the command's options
+        return EXIT_CLEAN if exc.code in (0, None) else EXIT_ERROR
+    return _FUNCTIONS[command](**vars(options))
+
+
+def main(argv: list[str] | None = None) -> int:
     """Entry point: every failure becomes one line on stderr and exit code 2, never a traceback."""
     from .files import start_run
 
     args = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in args
-    command = typer.main.get_command(app)
     start_run()
     try:
         with warnings.catch_warnings():  # a library's warning would be a second stderr line; the report says it all
             if not debug:
                 warnings.simplefilter("ignore")
-            code = command.main(args=args, prog_name="precaudit", standalone_mode=False)
-    except typer.Exit as exc:
-        code = exc.exit_code
-    except typer.Abort:
-        _error("aborted")
-        code = EXIT_ERROR
+            code = _dispatch(args)
     except KeyboardInterrupt:
         _error("interrupted")
         code = EXIT_ERROR
@@ -566,8 +406,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         from .errors import InputError
         if debug:
             traceback.print_exc()
-        if _is_usage_error(exc):
-            _error(f"{_one_line(exc.format_message())} (precaudit --help shows the usage)")
+        if isinstance(exc, UsageError):
+            _error(f"{_one_line(str(exc))} (precaudit --help shows the usage)")
         elif isinstance(exc, InputError):
             _error(str(exc))
         elif isinstance(exc, SystemExit):

@@ -8,8 +8,6 @@ error: the models that were waiting with it are retried, each in a worker of its
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import multiprocessing
 import os
 import warnings
 from typing import Any
@@ -45,6 +43,9 @@ def audit_in_parallel(paths: list[str], jobs: int, debug: bool = False, **kwargs
 
 def _run_pool(paths: list[str], which, workers: int, debug: bool, kwargs: dict, out: list) -> list[int]:
     """Audit paths[i] for i in which; fills out[i]; returns the indexes whose worker pool broke under them."""
+    import concurrent.futures as cf  # with its logging and multiprocessing: 25 ms no single-model run should pay
+    import multiprocessing
+
     broken = []
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["precaudit.audit"])  # imported once in the server, not once per worker
