@@ -259,3 +259,37 @@ def test_bare_command_shows_help_and_is_a_usage_error(capsys):
     assert main([]) == 2
     captured = capsys.readouterr()
     assert "check" in captured.out + captured.err and "Traceback" not in captured.err
+
+
+def test_help_lists_the_commands_and_the_default_commands_options(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(command in out for command in ("keep-list", "explain", "match", "fix", "rules"))
+    assert "--dtype" in out and "--fail-on" in out
+    assert main(["keep-list", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--for CONVERTER" in out and "--tolerance" in out and "--fail-on" not in out
+
+
+def test_version_prints_the_version(capsys):
+    from precaudit import __version__
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"precaudit {__version__}\n"
+
+
+def test_options_may_come_between_and_after_the_models(underflow, subnormal, tmp_path):
+    code, report = run_json([underflow], "--dtype", "fp16", str(subnormal), "--select", "PA1", out_dir=tmp_path)
+    assert code == 1 and report["models"] == [str(underflow), str(subnormal)]
+    assert {r["rule_id"] for r in report["results"]} == {"PA101", "PA102"}
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--samples", "x"], "argument --samples: 'x' is not an integer"),
+    (["--fail-on", "sometimes"], "'sometimes' is not one of 'error', 'warning', 'info', 'never'"),
+    (["--jobs", "0"], "argument --jobs/-j: 0 is not in the range x>=1"),
+    (["--output"], "argument --output/-o: expected one argument"),
+])
+def test_bad_option_values_are_one_line_naming_the_option(underflow, capsys, args, says):
+    assert main([str(underflow), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err and err.endswith("(precaudit --help shows the usage)\n")
