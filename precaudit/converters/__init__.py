@@ -23,7 +23,14 @@ from ..ir import Graph
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Clamp", "Converter", "CONVERTER_NAMES", "converter_named", "PLAIN", "KeepArgs", "py_list"]
+__all__ = ["Clamp", "Converter", "CONVERTER_NAMES", "CONTROL_FLOW_CAVEAT", "converter_named", "PLAIN", "KeepArgs",
+           "py_list"]
+
+
+# What blocking control flow does to a model written by onnxconverter-common and onnxruntime's converter (alike:
+# the second is a fork of the first); {who} names the converter checked.
+CONTROL_FLOW_CAVEAT = ("blocking an If/Loop/Scan or a node in its bodies writes a model onnxruntime refuses: the values "
+                       "a body reads from outside are not cast (checked with {who} on tests/test_keep_list.py's If model)")
 
 
 @dataclass(frozen=True)

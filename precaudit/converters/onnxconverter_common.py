@@ -16,7 +16,7 @@ Read from `onnxconverter_common/float16.py` of the 1.16.0 wheel (identical to mi
 
 from __future__ import annotations
 
-from . import Clamp, Converter, KeepArgs, py_list
+from . import CONTROL_FLOW_CAVEAT, Clamp, Converter, KeepArgs, py_list
 
 __all__ = ["CONVERTER", "DEFAULT_OP_BLOCK_LIST", "paste"]
 
@@ -28,9 +28,6 @@ DEFAULT_OP_BLOCK_LIST = (
     "Max", "Upsample",
 )
 
-_CONTROL_FLOW = ("blocking an If/Loop/Scan or a node in its bodies writes a model onnxruntime refuses: the values a body "
-                  "reads from outside are not cast (checked with {who} on tests/test_keep_list.py's If model)")
-
 CONVERTER = Converter(
     name="onnxconverter-common", title="onnxconverter-common 1.16.0", targets=("fp16",),
     block_list_name="default op_block_list", op_block_list=DEFAULT_OP_BLOCK_LIST,
@@ -40,7 +37,7 @@ CONVERTER = Converter(
     upcast="keeps its to=float32 but retypes its output to float16 (the converted model fails to load unless "
            "the Cast is in node_block_list)",
     source="onnxconverter_common/float16.py, 1.16.0 (= microsoft/onnxconverter-common @28b00d4)",
-    control_flow=_CONTROL_FLOW.format(who="onnxconverter-common 1.16.0"), initializers="no-blocked-reader")
+    control_flow=CONTROL_FLOW_CAVEAT.format(who="onnxconverter-common 1.16.0"), initializers="no-blocked-reader")
 
 
 def paste(args: KeepArgs) -> str:

@@ -19,7 +19,7 @@ list with onnxconverter-common's clamp.
 
 from __future__ import annotations
 
-from . import Clamp, Converter, KeepArgs, py_list
+from . import CONTROL_FLOW_CAVEAT, Clamp, Converter, KeepArgs, py_list
 
 __all__ = ["CONVERTER", "OLIVE", "DEFAULT_OP_BLOCK_LIST", "paste", "paste_olive"]
 
@@ -32,9 +32,6 @@ DEFAULT_OP_BLOCK_LIST = (
 )
 
 _UPCAST = "rewrites it to Cast(to=float16)"
-_CONTROL_FLOW = ("blocking an If/Loop/Scan or a node in its bodies writes a model onnxruntime refuses: the values a body "
-                  "reads from outside are not cast (checked with {who} on tests/test_keep_list.py's If model)")
-
 CONVERTER = Converter(
     name="onnxruntime", title="onnxruntime 1.32.0's float16 converter", targets=("fp16",),
     block_list_name="default op_block_list", op_block_list=DEFAULT_OP_BLOCK_LIST,
@@ -42,7 +39,7 @@ CONVERTER = Converter(
                                              "[5.96e-08, 65504] (min_positive_val, max_finite_val)",
                           by="onnxruntime 1.32.0's float16 converter (max_finite_val=65504)")},
     upcast=_UPCAST, source="onnxruntime/transformers/float16.py, onnxruntime 1.32.0",
-    control_flow=_CONTROL_FLOW.format(who="onnxruntime 1.32.0's OnnxModel.convert_float_to_float16"))
+    control_flow=CONTROL_FLOW_CAVEAT.format(who="onnxruntime 1.32.0's OnnxModel.convert_float_to_float16"))
 
 OLIVE = Converter(
     name="olive", title="Olive 0.13.0's OnnxFloatToFloat16 (onnxruntime 1.32.0's converter)", targets=("fp16",),
@@ -51,7 +48,7 @@ OLIVE = Converter(
                                      "(its min_positive_val, max_finite_val defaults)",
                         by="Olive 0.13.0's OnnxFloatToFloat16 (max_finite_val=1e4)")},
     upcast=_UPCAST, source="olive/passes/onnx/float16_conversion.py, olive-ai 0.13.0",
-    control_flow=_CONTROL_FLOW.format(who="onnxruntime 1.32.0's OnnxModel.convert_float_to_float16, which Olive calls"))
+    control_flow=CONTROL_FLOW_CAVEAT.format(who="onnxruntime 1.32.0's OnnxModel.convert_float_to_float16, which Olive calls"))
 
 
 def paste(args: KeepArgs) -> str:
