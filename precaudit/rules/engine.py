@@ -14,13 +14,16 @@ __all__ = ["apply_rules", "holds"]
 
 def apply_rules(rules: Iterable[Rule], sites: list[Site], model: str) -> list[Finding]:
     """Every (rule, site) pair whose condition holds, in site order then rule id."""
-    rules = list(rules)
+    by_kind: dict[str, list[Rule]] = {}  # the rules that judge each site kind, in the order given
+    for rule in rules:
+        for kind in dict.fromkeys(rule.sites):
+            by_kind.setdefault(kind, []).append(rule)
     findings: list[Finding] = []
     for site in sites:
-        for rule in rules:
+        for rule in by_kind.get(site.kind, ()):
             if site.rule_id is not None and site.rule_id != rule.id:
                 continue  # a pattern site belongs to its own rule
-            if site.kind not in rule.sites or (rule.ops and site.node.op_type not in rule.ops):
+            if rule.ops and site.node.op_type not in rule.ops:
                 continue
             env = {**site.facts, **rule.params}
             if holds(rule, env, site.node.name):
