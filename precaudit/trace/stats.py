@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
 from ..dtypes import Format
 
-__all__ = ["ValueStats", "InputStats", "VarianceStats"]
+__all__ = ["InputStats", "ValueStats", "VarianceStats"]
 
 
 @dataclass
@@ -63,29 +63,26 @@ class ValueStats:
         """One sample's counts: (elements, ref_nonfinite, absmax, overflow, nonzero, underflow, subnormal,
         min_nonzero, nonfinite, max_error, ref_nan).
 
-        The common case costs a few passes: |ref| with its max and min, and emu - ref with its max and min.
-        The finer counts run only when those bounds cannot rule them out (a finite max proves every element
-        finite, a min at or above the smallest normal proves nothing underflows), and then on the few values
-        below the smallest normal. Non-finite values fall back to _measure_exact, which counts everything
+        The common case costs a few passes (_passes, or _passes_chunked for a large value): |ref| with its max and
+        min, and emu - ref with its max and min. The finer counts run only when those bounds cannot rule them out (a
+        finite max proves every element finite, a min at or above the smallest normal proves nothing underflows), and
+        then on the few values below the smallest normal. Non-finite values fall back to _measure_exact, which counts everything
         on the whole array. local_floor, where given, gives the elements a mask selects their own noise floor (an
         elementwise sum is noise only where it is small against its own two inputs, not the whole tensor's).
-        |ref| and emu - ref go into scratch buffers reused from one call to the next.
         """
         size = ref.size
         if size == 0:
             return (0, 0, 0.0, 0, 0, 0, 0, math.inf, 0, 0.0, 0)
         fmt = self.fmt
-        a = np.abs(ref, out=_scratch(ref, 0))
-        amax = float(a.max())
-        if not math.isfinite(amax):
+        chunked = (size >= 2 * _CHUNK and ref.dtype == emu.dtype and ref.shape == emu.shape
+                   and ref.flags.c_contiguous and emu.flags.c_contiguous)
+        passes = self._passes_chunked(ref, emu) if chunked else self._passes(ref, emu)
+        if passes is None:  # an inf or NaN in either run
             return self._measure_exact(ref, emu, noise_floor, local_floor=local_floor)
-        amin = float(a.min())
-        overflow = int(np.count_nonzero(a >= fmt.overflow_threshold)) if amax >= fmt.overflow_threshold else 0
+        amax, amin, overflow, below, tiny, max_error, a = passes
         underflow = subnormal = 0
         nonzero, min_nonzero = size, amin
-        if amin < fmt.smallest_normal:  # the finer counts look only at the values below the smallest normal
-            below = a < fmt.smallest_normal
-            tiny = a[below]
+        if tiny is not None:  # the finer counts look only at the values below the smallest normal
             zeros = int(np.count_nonzero(tiny == 0)) if amin == 0 else 0
             nonzero = size - zeros
             small = tiny.size - zeros
@@ -96,13 +93,72 @@ class ValueStats:
             if zeros:
                 if small:
                     min_nonzero = float(tiny[tiny > 0].min())
+                elif nonzero:
+                    a = np.abs(ref) if a is None else a
+                    min_nonzero = float(np.min(a, where=a > 0, initial=math.inf))
                 else:
-                    min_nonzero = float(np.min(a, where=a > 0, initial=math.inf)) if nonzero else math.inf
+                    min_nonzero = math.inf
+        return (size, 0, amax, overflow, nonzero, underflow, subnormal, min_nonzero, 0, max_error, 0)
+
+    def _passes(self, ref: np.ndarray, emu: np.ndarray) -> tuple | None:
+        """The passes over a whole value: (amax, amin, overflow, below, tiny, max_error, |ref|), where below masks
+        and tiny holds the values of |ref| below the smallest normal (None where there are none); None where either
+        run holds an inf or a NaN. |ref| and emu - ref go into scratch buffers reused from one call to the next."""
+        fmt = self.fmt
+        a = np.abs(ref, out=_scratch(ref, 0))
+        amax = float(a.max())
+        if not math.isfinite(amax):
+            return None
+        amin = float(a.min())
+        overflow = int(np.count_nonzero(a >= fmt.overflow_threshold)) if amax >= fmt.overflow_threshold else 0
+        below = tiny = None
+        if amin < fmt.smallest_normal:
+            below = a < fmt.smallest_normal
+            tiny = a[below]
         diff = np.subtract(emu, ref, out=_scratch(ref, 1)) if emu.dtype == ref.dtype else emu - ref
         dmax, dmin = float(diff.max()), float(diff.min())
         if not (math.isfinite(dmax) and math.isfinite(dmin)):  # the emulated run went inf/NaN somewhere
-            return self._measure_exact(ref, emu, noise_floor, a, local_floor)
-        return (size, 0, amax, overflow, nonzero, underflow, subnormal, min_nonzero, 0, abs(max(dmax, -dmin)), 0)
+            return None
+        return amax, amin, overflow, below, tiny, abs(max(dmax, -dmin)), a
+
+    def _passes_chunked(self, ref: np.ndarray, emu: np.ndarray) -> tuple | None:
+        """_passes over a large value _CHUNK elements at a time (|ref| not kept: None in its place).
+
+        Every pass over a chunk reads it from the core's cache: over the whole value, each pass after the first
+        read it again from memory. The counts are those of the whole value: maxima, minima and counts combine
+        chunk by chunk, and the values below the smallest normal come in the value's order."""
+        fmt = self.fmt
+        flat_ref, flat_emu = ref.reshape(-1), emu.reshape(-1)
+        mask = _scratch(flat_ref, 2, np.bool_)
+        a_buffer, diff_buffer = _scratch(flat_ref[:_CHUNK], 0), _scratch(flat_ref[:_CHUNK], 1)
+        amax = dmax = -math.inf
+        amin = dmin = math.inf
+        overflow = 0
+        tinies = []
+        for start in range(0, flat_ref.size, _CHUNK):
+            r = flat_ref[start:start + _CHUNK]
+            n = r.size
+            a = np.abs(r, out=a_buffer[:n])
+            chunk_max = float(a.max())
+            if not math.isfinite(chunk_max):
+                return None
+            chunk_min = float(a.min())
+            if chunk_max >= fmt.overflow_threshold:
+                overflow += int(np.count_nonzero(a >= fmt.overflow_threshold))
+            below = mask[start:start + n]
+            if chunk_min < fmt.smallest_normal:
+                tinies.append(a[np.less(a, fmt.smallest_normal, out=below)])
+            else:
+                below[...] = False
+            diff = np.subtract(flat_emu[start:start + n], r, out=diff_buffer[:n])
+            chunk_dmax, chunk_dmin = float(diff.max()), float(diff.min())
+            if not (math.isfinite(chunk_dmax) and math.isfinite(chunk_dmin)):
+                return None
+            amax, amin = max(amax, chunk_max), min(amin, chunk_min)
+            dmax, dmin = max(dmax, chunk_dmax), min(dmin, chunk_dmin)
+        if amin >= fmt.smallest_normal:
+            return amax, amin, overflow, None, None, abs(max(dmax, -dmin)), None
+        return amax, amin, overflow, mask.reshape(ref.shape), np.concatenate(tinies), abs(max(dmax, -dmin)), None
 
     def _measure_exact(self, ref: np.ndarray, emu: np.ndarray, noise_floor: float, a: np.ndarray | None = None,
                        local_floor: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple:
@@ -154,16 +210,21 @@ class ValueStats:
         return self.max_error / self.absmax if self.absmax > 0 else 0.0
 
 
+# Elements per pass of ValueStats._passes_chunked: a chunk of ref, of emu, of |ref| and of emu - ref (1 MB in float32)
+# stays in a core's L2 cache. Measured on BERT-base (2-core machine): the measuring thread's CPU time per sample
+# down by about a tenth; smaller chunks pay more in per-call overhead than they save.
+_CHUNK = 1 << 16
 _SCRATCH: dict[tuple, np.ndarray] = {}
 
 
-def _scratch(like: np.ndarray, slot: int) -> np.ndarray:
-    """A buffer shaped like `like`, reused across calls: allocating two arrays per value per sample costs more
-    than the passes that fill them. Its contents live until the next call that asks for the same slot."""
-    key = (like.dtype.str, slot)
+def _scratch(like: np.ndarray, slot: int, dtype: type | None = None) -> np.ndarray:
+    """A buffer shaped like `like` (of its dtype, or of `dtype`), reused across calls: allocating arrays per value
+    per sample costs more than the passes that fill them. Its contents live until the next call that asks for the
+    same slot (one thread measures at a time: the onnxruntime engine's measuring thread, or the numpy engine's)."""
+    key = (dtype or like.dtype, slot)
     buffer = _SCRATCH.get(key)
     if buffer is None or buffer.size < like.size:
-        buffer = _SCRATCH[key] = np.empty(max(like.size, 1 << 16), dtype=like.dtype)
+        buffer = _SCRATCH[key] = np.empty(max(like.size, 1 << 16), dtype=key[0])
     return buffer[:like.size].reshape(like.shape)
 
 
