@@ -35,7 +35,8 @@ def _arrays():
     x = rng.standard_normal((40, 25)).astype(np.float32)
     emu = (x * (1 + 1e-3 * rng.standard_normal(x.shape))).astype(np.float32)
     cases = {"normal": (x, emu), "empty": (x[:0], emu[:0]), "0-d": (x[0, 0].reshape(()), emu[0, 0].reshape(())),
-             "all zeros": (np.zeros_like(x), np.zeros_like(x)), "negative zeros": (-np.zeros_like(x), emu), "positive": (np.abs(x) + 1, np.abs(emu) + 1)}
+             "all zeros": (np.zeros_like(x), np.zeros_like(x)), "negative zeros": (-np.zeros_like(x), emu),
+             "positive": (np.abs(x) + 1, np.abs(emu) + 1)}
     tiny = x.copy()
     tiny.flat[:8] = [0.0, -0.0, 1e-45, -1e-40, 2e-8, 2.9802322e-08, 5.96e-8, 1e-6]  # zeros, float32 subnormals,
     cases["tiny values"] = (tiny, emu)  # ...under half fp16's smallest subnormal, at it, among fp16's subnormals
@@ -98,5 +99,6 @@ def test_measure_with_a_local_floor_gives_the_plain_counts(case, chunk):
 
     floor = _local_floor(Step, [lhs, rhs])
     fmt = FORMATS["fp16"]
-    expected = plain_counts(ref, emu, fmt, 1e-9, 1e-5 * np.maximum(np.abs(lhs), np.abs(np.broadcast_to(rhs, ref.shape))))
+    per_element = 1e-5 * np.maximum(np.abs(lhs), np.abs(np.broadcast_to(rhs, ref.shape)))
+    expected = plain_counts(ref, emu, fmt, 1e-9, per_element)
     assert same(ValueStats(fmt).measure(ref, emu, 1e-9, floor), expected)

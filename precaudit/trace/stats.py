@@ -66,9 +66,9 @@ class ValueStats:
         The common case costs a few passes (_passes, or _passes_chunked for a large value): |ref| with its max and
         min, and emu - ref with its max and min. The finer counts run only when those bounds cannot rule them out (a
         finite max proves every element finite, a min at or above the smallest normal proves nothing underflows), and
-        then on the few values below the smallest normal. Non-finite values fall back to _measure_exact, which counts everything
-        on the whole array. local_floor, where given, gives the elements a mask selects their own noise floor (an
-        elementwise sum is noise only where it is small against its own two inputs, not the whole tensor's).
+        then on the few values below the smallest normal. Non-finite values fall back to _measure_exact, which counts
+        everything on the whole array. local_floor, where given, gives the elements a mask selects their own noise
+        floor (an elementwise sum is noise only where it is small against its own two inputs, not the whole tensor's).
         """
         size = ref.size
         if size == 0:
