@@ -52,6 +52,8 @@ def printable(text: str) -> str:
     The result is one line, shows in reading order, holds no terminal escape, encodes to UTF-8 and is legal in
     XML 1.0 text and attributes.
     """
+    if text.isascii() and text.isprintable():  # most names: no character of ESCAPED, checked in C
+        return text
     return text.translate(_TABLE)
 
 
@@ -61,4 +63,6 @@ def encodable(text: str) -> str:
     json.dumps would write a lone surrogate as \\udcxx, which Python reads back but strict parsers (and I-JSON,
     RFC 7493) reject; a path from a file system that is not UTF-8 is the usual source.
     """
+    if text.isascii():  # most strings: no surrogate, checked in C
+        return text
     return text.translate(_SURROGATE_TABLE)

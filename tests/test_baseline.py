@@ -100,3 +100,21 @@ def test_unreadable_baseline_is_exit_2(project, capsys, content, problem):
     assert main(["m.onnx", "--baseline", "baseline.json"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"precaudit: {problem}") and "\n" not in err
+
+
+def test_a_findings_json_record_is_every_field_in_order_then_its_fingerprint():
+    """to_dict is written out by hand for speed; it must stay what dataclasses.asdict gives, field for field."""
+    from dataclasses import asdict, fields
+
+    from precaudit.finding import Finding
+
+    finding = Finding(**{f.name: f"{f.name}-value" for f in fields(Finding)
+                         if f.name not in ("source_line", "values", "references", "related_locations")},
+                      source_line=7, values={"eps": 1e-12, "note": None}, references=["https://x"],
+                      related_locations=[{"file": "m.py", "line": 3, "message": "call"}])
+    record = finding.to_dict()
+    assert record == {**asdict(finding), "fingerprint": finding.fingerprint}
+    assert list(record) == [f.name for f in fields(Finding)] + ["fingerprint"]
+    record["values"]["eps"] = 1.0
+    record["related_locations"][0]["line"] = 4
+    assert finding.values["eps"] == 1e-12 and finding.related_locations[0]["line"] == 3  # a copy, as asdict's is

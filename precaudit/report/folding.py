@@ -15,8 +15,9 @@ __all__ = ["Shape", "shape_of", "fold_names", "fold_texts", "fold_set"]
 # A quantity: a numeric literal not glued to a name (not after a letter, digit, _, ., -, + or a quote, and not
 # before one); a value named '17' (old TorchScript exports number their values) is a name.
 _QUANTITY = r"(?<![\w.+\-'])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w']|\.\w)"
-_PARTS = re.compile(rf"(?P<quantity>{_QUANTITY})|\d+")  # scanning left to right, a quantity wins where one starts
-_DIGITS = re.compile(r"\d+")
+# scanning left to right, a quantity wins where one starts; split keeps both groups (one of them None)
+_PARTS_SPLIT = re.compile(rf"({_QUANTITY})|(\d+)")
+_DIGITS_SPLIT = re.compile(r"(\d+)")
 _INDEX, _NUMBER = "\0i", "\0n"  # markers in a shape; reports fold escaped text (escape.printable), which has no NUL
 
 _MAX_ITEMS = 8  # a brace set longer than this shows its first items and how many more
@@ -28,17 +29,18 @@ Shape = tuple[str, ...]
 def _split(text: str, name: bool = False) -> tuple[list[str], list[str], list[str]]:
     """(literal pieces, variable parts, their kinds): pieces[i] precedes parts[i], an index or a quantity.
 
-    In a name (name=True) every digit run is an index: a node named 12 is no quantity.
+    In a name (name=True) every digit run is an index: a node named 12 is no quantity. One re.split does the
+    scan in C (a report of thousands of findings splits every message, reason and fix).
     """
-    pieces, parts, kinds = [], [], []
-    pos = 0
-    for m in (_DIGITS if name else _PARTS).finditer(text):
-        pieces.append(text[pos:m.start()])
-        parts.append(m.group())
-        kinds.append(_NUMBER if not name and m.group("quantity") else _INDEX)
-        pos = m.end()
-    pieces.append(text[pos:])
-    return pieces, parts, kinds
+    if name:
+        chunks = _DIGITS_SPLIT.split(text)  # piece, digits, piece, ...
+        parts = chunks[1::2]
+        return chunks[0::2], parts, [_INDEX] * len(parts)
+    chunks = _PARTS_SPLIT.split(text)  # piece, quantity or None, index or None, piece, ...
+    quantities, indices = chunks[1::3], chunks[2::3]
+    parts = [q if q is not None else i for q, i in zip(quantities, indices)]
+    kinds = [_INDEX if q is None else _NUMBER for q in quantities]
+    return chunks[0::3], parts, kinds
 
 
 def shape_of(text: str, quantities: bool = True) -> Shape:
