@@ -113,6 +113,12 @@ class Condition:
         except (TypeError, ValueError, ArithmeticError, RecursionError, MemoryError) as exc:
             raise ConditionError(f"cannot be computed: {_first_line(exc)}") from None
 
+    def __getstate__(self) -> dict:  # -j sends rules to worker processes: closures do not pickle, the tree does
+        return {"text": self.text, "tree": self._tree}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["text"], state["tree"])
+
     def __repr__(self) -> str:
         return f"Condition({self.text!r})"
 
