@@ -2,8 +2,10 @@
 
 Builds in a temporary folder (never committed) Llama-shaped fp16 decoders at 50, 100 and 200 layers (about 100
 nodes a layer, weights as sparse external data that a static audit never reads) and a TinyLlama-1.1B-shaped model
-with 2.2 GB of external data, and the largest decoder again with a typed value_info for every value (as the
-dynamo exporter writes one: precaudit then skips onnx's shape inference), then times in separate processes, best of --repeat:
+with 2.2 GB of external data, the largest decoder again with a typed value_info for every value (as the dynamo
+exporter writes one: precaudit then skips onnx's shape inference), and a float32 chain of 2,500 decomposed
+LayerNorms with eps 1e-12 (20,000 nodes, 5,000 findings in fp16: the rules and the report at scale), then times
+in separate processes, best of --repeat:
 
   floor     python -c "onnx.load(model, load_external_data=False)"
   audit     precaudit model.onnx --dtype fp16 -o report.txt (the console entry point; the default text report)
@@ -37,6 +39,37 @@ _FLOOR = f"import onnx, sys; onnx.load(sys.argv[1], load_external_data=False); p
 # the console entry point, as `precaudit MODEL --dtype fp16 -o REPORT` runs (main() exits; the peak is printed at exit)
 _AUDIT = (f"import atexit, sys; sys.argv = ['precaudit', sys.argv[1], '--dtype', 'fp16', '-o', sys.argv[2]]; "
           f"atexit.register(lambda: print({_PEAK})); from precaudit.cli import main; main()")
+
+
+def write_norm_chain(folder: Path, layers: int) -> Path:
+    """A float32 graph of `layers` MatMul + decomposed LayerNorm blocks (8 nodes each) with eps 1e-12, as the
+    TorchScript exporter writes nn.LayerNorm at opset 14: audited for fp16 every block is two findings (PA101, the
+    eps rounds to 0; PA208, the variance can overflow), so this measures the rules and the report at scale."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    folder.mkdir(parents=True, exist_ok=True)
+    inits = [numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.array(1e-12, np.float32), "eps"),
+             numpy_helper.from_array(np.random.default_rng(0).normal(0, 0.1, (64, 64)).astype(np.float32), "w")]
+    nodes, x = [], "x"
+    for i in range(layers):
+        p = f"/layers.{i}/norm/"
+        nodes += [helper.make_node("MatMul", [x, "w"], [p + "mm"], name=f"/layers.{i}/fc/MatMul"),
+                  helper.make_node("ReduceMean", [p + "mm"], [p + "mean"], name=p + "ReduceMean", axes=[-1]),
+                  helper.make_node("Sub", [p + "mm", p + "mean"], [p + "d"], name=p + "Sub"),
+                  helper.make_node("Pow", [p + "d", "two"], [p + "d2"], name=p + "Pow"),
+                  helper.make_node("ReduceMean", [p + "d2"], [p + "var"], name=p + "ReduceMean_1", axes=[-1]),
+                  helper.make_node("Add", [p + "var", "eps"], [p + "ve"], name=p + "Add"),
+                  helper.make_node("Sqrt", [p + "ve"], [p + "std"], name=p + "Sqrt"),
+                  helper.make_node("Div", [p + "d", p + "std"], [p + "out"], name=p + "Div")]
+        x = p + "out"
+    graph = helper.make_graph(nodes, "norms", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["batch", 64])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], producer_name="pytorch")
+    onnx.save(model, str(folder / "model.onnx"))
+    return folder / "model.onnx"
 
 
 def measure(code: str, args: list[str], repeat: int, env: dict | None = None) -> tuple[float, float]:
@@ -78,6 +111,7 @@ def main() -> int:
     os.link(largest.parent / "model.weights", declared.parent / "model.weights")
     onnx.save(onnx.shape_inference.infer_shapes(onnx.load(str(largest), load_external_data=False)), str(declared))
     models.append((f"{models[-1][0]}, every type declared", declared))
+    models.append(("LayerNorm chain, 5,000 findings", write_norm_chain(root / "norms", 2500)))
     big = write_llama(root / "tinyllama", shape)
     models.append((f"TinyLlama-1.1B-shaped, {(big.parent / 'model.weights').stat().st_size / 1e9:.1f} GB external",
                    big))
@@ -95,7 +129,7 @@ def main() -> int:
         print(f"{label:44s} {nodes:6d} | {f_wall:5.2f} s {f_rss:4.0f} MB | {a_wall:5.2f} s {a_rss:4.0f} MB | "
               f"{a_wall / f_wall:5.2f}x / {a_rss / f_rss:4.2f}x | {a_wall / nodes * 1e6:5.0f} us "
               f"({(a_wall - f_wall) / nodes * 1e6:4.0f} us beyond the floor)")
-    llama = rows[:-2]  # linearity: what each added node costs between consecutive sizes of the same graph
+    llama = rows[:-3]  # linearity: what each added node costs between consecutive sizes of the same graph
     for (n0, t0), (n1, t1) in zip(llama, llama[1:]):
         print(f"{n0} -> {n1} nodes: {(t1 - t0) / (n1 - n0) * 1e6:.0f} us per added node")
     return 0
