@@ -9,9 +9,12 @@ decomposed), synthesizes one batch of token ids, and times in one process, on th
                             (a batch with more to come: weights, and their rounded copies, kept within the budget)
   traced mode, first run    a one-batch run: the same plus the one-time setup (planning, onnxruntime sessions)
 
-for both engines: onnxruntime (the default where it is installed) and the numpy kernels. Times are the best of
---repeat runs after a warm-up; the onnxruntime yardstick is the best of its three timings (before, between and
-after the engines). The export goes in a temporary folder, deleted at the end. Needs torch, transformers and
+for both engines: onnxruntime (the default where it is installed) and the numpy kernels. For the onnxruntime engine
+two more lines say where the time of a sample goes: the same traced run with its measurements skipped (the sessions
+still return every value the measurements read: the floor that faster measuring cannot go below), and the CPU time
+the measuring thread spends per sample beside the sessions (numpy passes over every returned value). Times are the
+best of --repeat runs after a warm-up; the onnxruntime yardstick is the best of its three timings (before, between
+and after the engines). The export goes in a temporary folder, deleted at the end. Needs torch, transformers and
 onnxruntime.
 
     python benchmarks/trace_speed.py [--layers 12] [--hidden 768] [--seq 128] [--repeat 5]
@@ -27,7 +30,9 @@ import sys
 import tempfile
 import time
 import warnings
+from functools import partial
 from pathlib import Path
+from unittest import mock
 
 
 def export_bert(path: Path, layers: int, hidden: int, seq: int) -> None:
@@ -64,6 +69,26 @@ def best_of(repeat: int, fn) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return min(times)
+
+
+@contextlib.contextmanager
+def measuring(skip: bool, cpu: list[float]):
+    """The onnxruntime engine's measuring thread, its CPU time added to cpu[0]; skip: values freed unmeasured."""
+    from precaudit.trace.ort_engine import OrtSegments
+
+    real = OrtSegments._measure_steps
+
+    def measure_steps(self, start, end, emu, ref):
+        begin = time.thread_time()
+        if skip:
+            for k in range(start, end):
+                self.em._free(self.em._steps[k], emu, ref)
+        else:
+            real(self, start, end, emu, ref)
+        cpu[0] += time.thread_time() - begin
+
+    with mock.patch.object(OrtSegments, "_measure_steps", measure_steps):
+        yield
 
 
 def once(fn) -> float:
@@ -105,7 +130,7 @@ def _measure(args: argparse.Namespace, folder: Path) -> int:
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     # the yardstick, timed again between the engines and after them: on a shared machine a neighbour's load can slow
     # one of its measurements, and a slow yardstick would flatter traced mode
-    t_ort = best_of(args.repeat, lambda: session.run(None, feeds))
+    t_ort = best_of(args.repeat, partial(session.run, None, feeds))
     print(f"model: BertModel, {args.layers} layers, hidden {args.hidden}, sequence {args.seq}: "
           f"{len(graph.nodes)} nodes (TorchScript exporter, opset 14)")
     rows = []
@@ -115,22 +140,44 @@ def _measure(args: argparse.Namespace, folder: Path) -> int:
         attach_probes(graph, resolver, emulator)  # the norm and op measurements --trace takes
         return emulator
 
+    def first_run(engine: str) -> None:
+        traced(engine).run(feeds, final=True)
+
     for engine in ("onnxruntime", "numpy"):
         # the first run first, before any other sessions of this engine exist: as the command line meets it (one
         # batch, the last: nothing kept for a next one)
-        t_first = once(lambda: traced(engine).run(feeds, final=True))
+        t_first = once(partial(first_run, engine))
         full = traced(engine)
-        t_full = best_of(args.repeat, lambda: full.run(feeds))
+        t_full = best_of(args.repeat, partial(full.run, feeds))
         ran_on = full.ran_on
         del full
         emulation = Emulator(graph, resolver, reference=False, engine=engine)
-        t_emu = best_of(args.repeat, lambda: emulation.run(feeds))
+        t_emu = best_of(args.repeat, partial(emulation.run, feeds))
         del emulation
-        t_ort = min(t_ort, best_of(args.repeat, lambda: session.run(None, feeds)))
-        rows.append((engine, t_emu, t_full, t_first, ran_on))
+        split = {}
+        if engine == "onnxruntime":  # (after the rows above: these runs must not make them slower)
+            full = traced(engine)
+            cpu = [0.0]
+            with measuring(False, cpu):
+                full.run(feeds)  # warm-up
+                cpu[0] = 0.0
+                for _ in range(args.repeat):
+                    full.run(feeds)
+            split["measure_cpu"] = cpu[0] / args.repeat
+            with measuring(True, [0.0]):
+                split["unmeasured"] = best_of(args.repeat, partial(full.run, feeds))
+            del full
+        t_ort = min(t_ort, best_of(args.repeat, partial(session.run, None, feeds)))
+        rows.append((engine, t_emu, t_full, t_first, ran_on, split))
     print(f"onnxruntime fp32 (CPU)              {t_ort * 1000:9.1f} ms   (best of {3 * args.repeat})")
-    for engine, t_emu, t_full, t_first, ran_on in rows:
+    for engine, t_emu, t_full, t_first, ran_on, split in rows:
         print(f"[{engine}] emulation only (fp16)  {t_emu * 1000:9.1f} ms   {t_emu / t_ort:5.2f}x onnxruntime")
+        if split:
+            t_unmeasured = split["unmeasured"]
+            print(f"[{engine}] traced, unmeasured     {t_unmeasured * 1000:9.1f} ms   {t_unmeasured / t_ort:5.2f}x "
+                  f"onnxruntime   (reference + emulation, every measured value returned, none read)")
+            print(f"[{engine}] measuring thread       {split['measure_cpu'] * 1000:9.1f} ms   CPU per sample, beside "
+                  f"the sessions")
         print(f"[{engine}] traced, per sample     {t_full * 1000:9.1f} ms   {t_full / t_ort:5.2f}x onnxruntime")
         print(f"[{engine}] traced, first run      {t_first * 1000:9.1f} ms   {t_first / t_ort:5.2f}x onnxruntime"
               f"   (nodes on onnxruntime / numpy: {ran_on['onnxruntime']} / {ran_on['numpy']})")
