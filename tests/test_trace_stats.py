@@ -11,7 +11,7 @@ import pytest
 from precaudit.dtypes import FORMATS
 from precaudit.trace import stats as stats_module
 from precaudit.trace.emulator import _local_floor
-from precaudit.trace.stats import ValueStats
+from precaudit.trace.stats import InputStats, ValueStats
 
 
 def plain_counts(ref: np.ndarray, emu: np.ndarray, fmt, noise_floor: float, floor=None) -> tuple:
@@ -102,3 +102,56 @@ def test_measure_with_a_local_floor_gives_the_plain_counts(case, chunk):
     per_element = 1e-5 * np.maximum(np.abs(lhs), np.abs(np.broadcast_to(rhs, ref.shape)))
     expected = plain_counts(ref, emu, fmt, 1e-9, per_element)
     assert same(ValueStats(fmt).measure(ref, emu, 1e-9, floor), expected)
+
+
+def plain_input_stats(samples: list) -> list:
+    """InputStats' fields by their definitions, every element looked at, over samples of (ref, emu, emu_out)."""
+    fields = [0, -math.inf, math.inf, math.inf, 0, 0, 0, 0, 0]
+    for ref, emu, out in samples:
+        fields[0] += ref.size
+        finite = ref[np.isfinite(ref)]
+        if finite.size:
+            fields[1:4] = max(fields[1], float(finite.max())), min(fields[2], float(finite.min())), \
+                min(fields[3], float(np.abs(finite).min()))
+        fields[4:] = (fields[4] + int((emu == 0).sum()), fields[5] + int((emu < 0).sum()),
+                      fields[6] + int((ref == 0).sum()), fields[7] + int((ref < 0).sum()),
+                      fields[8] + int((~np.isfinite(out)).sum()))
+    return fields
+
+
+def _input_cases():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((6, 50)).astype(np.float32)
+    cases = {"mixed": x, "positive": np.abs(x) + 0.5, "negative": -np.abs(x) - 0.5, "empty": x[:0],
+             "0-d": np.float32(-2.5).reshape(()), "all zeros": np.zeros_like(x), "negative zeros": -np.zeros_like(x)}
+    zeros = np.abs(x)
+    zeros.flat[::9] = 0
+    cases["positive with zeros"] = zeros
+    cases["negative with -0.0"] = np.where(x < 0, x, -0.0).astype(np.float32)
+    for name, value in (("inf", np.inf), ("-inf", -np.inf), ("NaN", np.nan)):
+        bad = x.copy()
+        bad.flat[4] = value
+        cases[name] = bad
+    cases["only NaN"] = np.full((3,), np.nan, np.float32)
+    return cases
+
+
+INPUT_CASES = _input_cases()
+
+
+@pytest.mark.parametrize("case", sorted(INPUT_CASES))
+def test_input_stats_give_the_plain_counts(case):
+    """Two samples folded in (the second the first's negation, so signs and extremes move), the emulated input
+    rounded to fp16 (zeros and signs of its own) and an output with an inf where the input has a NaN or inf."""
+    ref = INPUT_CASES[case]
+    samples = []
+    for sample in (ref, -ref):
+        emu = sample.astype(np.float16).astype(np.float32)
+        out = np.where(np.isfinite(sample), np.exp(np.minimum(sample, 10)), np.inf).astype(np.float32)
+        samples.append((sample, emu, out))
+    stats = InputStats()
+    for sample in samples:
+        stats.add(*sample)
+    got = [stats.elements, stats.max, stats.min, stats.min_abs, stats.zero, stats.negative, stats.ref_zero,
+           stats.ref_negative, stats.output_nonfinite]
+    assert repr([float(v) for v in got]) == repr([float(v) for v in plain_input_stats(samples)])
