@@ -69,7 +69,7 @@ def same(a: tuple, b: tuple) -> bool:
 @pytest.fixture(params=["whole", 100, 333])
 def chunk(request, monkeypatch):
     """Values measured whole (the test's arrays are below two chunks) or chunk by chunk: chunks that divide the
-    1,000 elements and one that leaves a short last chunk."""
+    test's sizes (1,000 and 300 elements) and one that leaves a short last chunk."""
     if request.param != "whole":
         monkeypatch.setattr(stats_module, "_CHUNK", request.param)
     return request.param
@@ -140,7 +140,7 @@ INPUT_CASES = _input_cases()
 
 
 @pytest.mark.parametrize("case", sorted(INPUT_CASES))
-def test_input_stats_give_the_plain_counts(case):
+def test_input_stats_give_the_plain_counts(case, chunk):
     """Two samples folded in (the second the first's negation, so signs and extremes move), the emulated input
     rounded to fp16 (zeros and signs of its own) and an output with an inf where the input has a NaN or inf."""
     ref = INPUT_CASES[case]

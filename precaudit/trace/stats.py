@@ -243,19 +243,35 @@ class InputStats:
     output_nonfinite: int = 0  # inf/NaN in the op's emulated output
 
     def add(self, ref: np.ndarray, emu: np.ndarray, emu_out: np.ndarray) -> None:
+        """Fold in one sample; a large input (a softmax's at sequence 512: 3M values a layer) _CHUNK values at a
+        time, so that its dozen passes read each chunk from cache (extremes and counts combine chunk by chunk)."""
         self.elements += ref.size
         if ref.size == 0:
             return
-        finite = ref[np.isfinite(ref)] if not np.isfinite(ref).all() else ref
-        if finite.size:
-            self.max = max(self.max, float(finite.max()))
-            self.min = min(self.min, float(finite.min()))
-            self.min_abs = min(self.min_abs, float(np.abs(finite).min()))
-        self.zero += int(np.count_nonzero(emu == 0))
-        self.negative += int(np.count_nonzero(emu < 0))
-        self.ref_zero += int(np.count_nonzero(ref == 0))
-        self.ref_negative += int(np.count_nonzero(ref < 0))
-        self.output_nonfinite += emu_out.size - int(np.count_nonzero(np.isfinite(emu_out)))
+        for r, e in _chunks(ref, emu):
+            finite = r[np.isfinite(r)] if not np.isfinite(r).all() else r
+            if finite.size:
+                self.max = max(self.max, float(finite.max()))
+                self.min = min(self.min, float(finite.min()))
+                self.min_abs = min(self.min_abs, float(np.abs(finite).min()))
+            self.zero += int(np.count_nonzero(e == 0))
+            self.negative += int(np.count_nonzero(e < 0))
+            self.ref_zero += int(np.count_nonzero(r == 0))
+            self.ref_negative += int(np.count_nonzero(r < 0))
+        for (out,) in _chunks(emu_out):
+            self.output_nonfinite += out.size - int(np.count_nonzero(np.isfinite(out)))
+
+
+def _chunks(*arrays: np.ndarray):
+    """Arrays of one shape, _CHUNK elements at a time (flattened) where they are large and contiguous; else whole."""
+    first = arrays[0]
+    if (first.size >= 2 * _CHUNK and all(isinstance(a, np.ndarray) and a.shape == first.shape
+                                         and a.flags.c_contiguous for a in arrays)):
+        flat = [a.reshape(-1) for a in arrays]
+        for start in range(0, first.size, _CHUNK):
+            yield tuple(a[start:start + _CHUNK] for a in flat)
+    else:
+        yield arrays
 
 
 @dataclass
