@@ -93,7 +93,13 @@ def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32:
     """
     result = AuditResult()
     weight_rules = any("weight" in rule.sites for rule in rules)
-    for path in paths:
+    for index, path in enumerate(paths):
+        if index:
+            # The last model's graph is tens of thousands of objects in reference cycles (a value and the node
+            # that makes it), which the paused collector left alone: freed now, each model costs one model's
+            # memory, not the sum of all before it.
+            graph = resolver = sites = None
+            gc.collect()
         try:
             with _collector_paused(path.lower().endswith(".onnx")):
                 graph = load_graph(path, torch_options, target.name)

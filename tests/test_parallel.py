@@ -56,3 +56,24 @@ def test_a_worker_that_dies_is_that_models_error(tmp_path, capsys):
                    "model's code called os._exit)"]
     report = out.read_text()
     assert "PA101" in report and "2 models" in report
+
+
+def test_one_process_holds_one_models_graph_at_a_time(models, monkeypatch, capsys):
+    """-j 1 over many models: each graph (a web of reference cycles the paused collector leaves) is freed before
+    the next model loads, so memory is one model's, not the sum of all before it."""
+    import weakref
+
+    from precaudit import audit
+
+    loaded, alive_at_load = [], []
+    real = audit.load_graph
+
+    def watched(*args, **kwargs):
+        alive_at_load.append(sum(ref() is not None for ref in loaded))
+        graph = real(*args, **kwargs)
+        loaded.append(weakref.ref(graph))
+        return graph
+    monkeypatch.setattr(audit, "load_graph", watched)
+    assert main([*map(str, models), "-j", "1"]) == 2  # the broken model among them
+    capsys.readouterr()
+    assert len(alive_at_load) == len(models) >= 3 and alive_at_load == [0] * len(models)
