@@ -37,7 +37,13 @@ def _converter_name(value: str | None) -> str | None:
     return value
 
 
-def check(*, models, dtype, autocast, keep_fp32, converter, rules, select, ignore, preview, output_format, no_group, output, fail_on, exit_zero, statistics, baseline, write_baseline, show_settings, trace, check_weights, inputs, samples, dim, seed, trace_engine, input_shape, input_dtype, trust_pickle, no_color, jobs, debug) -> int:
+def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp32: list[str], converter: str | None,
+          rules: list[str], select: list[str], ignore: list[str], preview: bool | None, output_format: str | None,
+          no_group: bool, output: Path | None, fail_on: str | None, exit_zero: bool, statistics: bool,
+          baseline: str | None, write_baseline: str | None, show_settings: bool, trace: bool,
+          check_weights: bool | None, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str,
+          input_shape: list[str], input_dtype: str, trust_pickle: bool, no_color: bool, jobs: int | None,
+          debug: bool) -> int:
     """Audit models against the target dtype (the default command)."""
     from .config import load_settings
     from .errors import InputError
@@ -158,7 +164,7 @@ def _check_all_selectors(settings: Settings, rules: list[Rule]) -> None:
             check_selectors(selectors, rules, settings.config_file, key)
 
 
-def list_rules(*, rules, output_format) -> int:
+def list_rules(*, rules: list[str], output_format: str) -> int:
     """List every rule: id, name, severity, whether it runs by default, summary."""
     from .report.rule_docs import render_rule_json, render_rule_table
 
@@ -168,7 +174,7 @@ def list_rules(*, rules, output_format) -> int:
     return EXIT_CLEAN
 
 
-def explain(*, rule, rules) -> int:
+def explain(*, rule: str, rules: list[str]) -> int:
     """Explain a rule: what it checks, a worked example in numbers, and the fix."""
     from .report.rule_docs import render_explanation
 
@@ -176,7 +182,8 @@ def explain(*, rule, rules) -> int:
     return EXIT_CLEAN
 
 
-def match(*, rule, model, node, dtype, keep_fp32, converter, rules) -> int:
+def match(*, rule: str, model: str, node: str, dtype: str | None, keep_fp32: list[str], converter: str | None,
+          rules: list[str]) -> int:
     """Show, node by node, why a rule fires or does not: the pattern step that failed, or the condition's values."""
     from .analysis.compute_dtype import DtypeResolver
     from .audit import load_graph
@@ -184,7 +191,8 @@ def match(*, rule, model, node, dtype, keep_fp32, converter, rules) -> int:
     from .escape import printable
     from .rules.match_trace import trace_rule
 
-    given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "converter": _converter_name(converter)}
+    given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules),
+             "converter": _converter_name(converter)}
     settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
     chosen = _rule_named(rule, settings.rules)
     target = _target(settings)
@@ -196,7 +204,10 @@ def match(*, rule, model, node, dtype, keep_fp32, converter, rules) -> int:
     return EXIT_CLEAN
 
 
-def keep_list(*, model, target_for, dtype, keep_fp32, rules, trace, inputs, samples, dim, seed, trace_engine, tolerance, max_runs, output_format, output, input_shape, input_dtype, trust_pickle, debug) -> int:
+def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp32: list[str], rules: list[str],
+              trace: bool, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str,
+              tolerance: float, max_runs: int, output_format: str, output: Path | None, input_shape: list[str],
+              input_dtype: str, trust_pickle: bool, debug: bool) -> int:
     """The nodes to keep in float32, as your converter's arguments; verified by emulation with --trace."""
     from .files import check_output
     from .keeplist.command import keep_list_report
@@ -218,7 +229,10 @@ def keep_list(*, model, target_for, dtype, keep_fp32, rules, trace, inputs, samp
     return EXIT_CLEAN
 
 
-def fix(*, model, output, dtype, dry_run, min_eps, keep_fp32, converter, rules, select, ignore, trace, inputs, samples, dim, seed, trace_engine, output_format, debug) -> int:
+def fix(*, model: str, output: Path | None, dtype: str | None, dry_run: bool, min_eps: float | None,
+        keep_fp32: list[str], converter: str | None, rules: list[str], select: list[str], ignore: list[str],
+        trace: bool, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str,
+        output_format: str, debug: bool) -> int:
     """Repair what the audit found, minimally and locally; write a new model, checked against the original."""
     from .config import load_settings
     from .files import check_output

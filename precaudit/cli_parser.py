@@ -101,8 +101,9 @@ def _check() -> _Parser:
                    help="ONNX files, or PyTorch models: model.py:factory, package.module:factory, .pt2 "
                         "(torch.export), TorchScript .pt.")
     _common(p)
-    p.add_argument("--autocast", metavar="cuda|cpu", help="PyTorch: run the float32 module under "
-                                                          "torch.autocast(device, --dtype) instead of model.to(--dtype).")
+    p.add_argument("--autocast", metavar="cuda|cpu",
+                   help="PyTorch: run the float32 module under torch.autocast(device, --dtype) instead of "
+                        "model.to(--dtype).")
     _many(p, "--select", metavar="RULE,...", help="Run only these rules: ids, names or id prefixes (PA1), or ALL.")
     _many(p, "--ignore", metavar="RULE,...", help="Do not run these rules (wins over --select).")
     p.add_argument("--preview", action=argparse.BooleanOptionalAction, default=None,
