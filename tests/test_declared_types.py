@@ -79,3 +79,45 @@ def test_a_graph_with_an_undeclared_value_is_still_inferred(tmp_path, inference_
     inference_calls.clear()
     load_graph(str(save(declared, tmp_path / "partly.onnx")))
     assert len(inference_calls) == 1
+
+
+def test_a_real_dynamo_export_is_read_from_its_declarations(tmp_path, inference_calls):
+    """torch's dynamo exporter declares every value: its graph is read without inference, with the findings the
+    same graph gives when inference has to type it (its value_info removed)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")
+    transformers = pytest.importorskip("transformers")
+    import warnings
+
+    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=128, vocab_size=100)
+    bert = transformers.BertModel(config).eval()
+
+    class LastHiddenState(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, ids, mask):
+            return self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    ids, mask = torch.randint(0, 100, (2, 16)), torch.ones(2, 16, dtype=torch.long)
+    path = tmp_path / "bert.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(LastHiddenState(), (ids, mask), str(path), dynamo=True, opset_version=18,
+                          verbose=False)
+    bare = onnx.load(str(path))
+    del bare.graph.value_info[:]
+    bare_path = tmp_path / "bare.onnx"
+    onnx.save(bare, str(bare_path))
+    inference_calls.clear()
+
+    _, declared = run_json([path], "--dtype", "fp16", "--select", "ALL", out_dir=tmp_path)
+    assert inference_calls == []
+    _, inferred = run_json([bare_path], "--dtype", "fp16", "--select", "ALL", out_dir=tmp_path)
+    assert len(inference_calls) == 1
+
+    def found(report):
+        return sorted((r["rule_id"], r["node_name"], r["message"]) for r in report["results"])
+    assert found(declared) == found(inferred) and found(declared)
