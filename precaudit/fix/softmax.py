@@ -5,11 +5,13 @@ name, so every reader (and a graph output) is untouched."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..analysis.constants import skip_casts
 from ..escape import printable
 from ..ir import Node, Value
 from .common import float_dtype, int_list
-from .model import ELEM_OF
+from .model import ELEM_OF, Editable
 from .plan import Check, Context, Group, Repair
 
 __all__ = ["log_softmax", "log_sigmoid", "max_shift", "logsumexp_shift"]
@@ -163,8 +165,6 @@ def _sum_under(value: Value | None) -> Node | None:
 
 def _shift(ctx: Context, exp: Node, reduce: Node, hint: str) -> tuple[list, list, str, str] | str:
     """Nodes that make x - max(x) for the Exp (max over the ReduceSum's axes, kept dims), and the new input."""
-    import numpy as np
-
     axes, known = _reduce_axes(reduce)
     if not known:
         return "the sum's axes are computed at run time"
@@ -175,6 +175,14 @@ def _shift(ctx: Context, exp: Node, reduce: Node, hint: str) -> tuple[list, list
     shifted = ctx.edit.unique(f"{hint}_shifted")
     nodes.append(ctx.edit.make_node("Sub", [x.name, m], [shifted], f"{hint}_sub"))
     return nodes, [(n, np.asarray(v, np.int64)) for n, v in inits], shifted, m
+
+
+def _shift_exp(edit: Editable, exp: Node, nodes: list, inits: list, shifted: str) -> None:
+    """Write _shift's nodes and constants in before the Exp, which then reads x - max(x)."""
+    for name, array in inits:
+        edit.add_named_initializer(exp, name, array)
+    edit.insert_before(exp, *nodes)
+    edit.set_input(exp, 0, shifted)
 
 
 def max_shift(ctx: Context, group: Group) -> Repair | str:
@@ -192,10 +200,7 @@ def max_shift(ctx: Context, group: Group) -> Repair | str:
     edit = ctx.edit
 
     def apply() -> None:
-        for name, array in inits:
-            edit.add_named_initializer(exp, name, array)
-        edit.insert_before(exp, *nodes)
-        edit.set_input(exp, 0, shifted)
+        _shift_exp(edit, exp, nodes, inits, shifted)
 
     edit.touched.update({id(div), id(exp)})
     return Repair("max-shift", div, ["PA203"], f"exp(x) / sum(exp(x)) at '{printable(div.name)}'",
@@ -226,7 +231,6 @@ def logsumexp_shift(ctx: Context, group: Group) -> Repair | str:
     if not keepdims:
         more, m_out, extra = _reduce_max(ctx, exp.inputs[0].name, _reduce_axes(reduce)[0] or [], 0,
                                          f"{exp.name}/precaudit_max_out", exp)
-        import numpy as np
         inits += [(n, np.asarray(v, np.int64)) for n, v in extra]
         nodes += more
     m_name, cast = _cast_if_needed(ctx, _named(exp.inputs[0], m_out), float_dtype(out), log,
@@ -236,10 +240,7 @@ def logsumexp_shift(ctx: Context, group: Group) -> Repair | str:
     after.append(add)
 
     def apply() -> None:
-        for name, array in inits:
-            edit.add_named_initializer(exp, name, array)
-        edit.insert_before(exp, *nodes)
-        edit.set_input(exp, 0, shifted)
+        _shift_exp(edit, exp, nodes, inits, shifted)
         edit.proto(log).output[0] = inner
         edit.insert_after(log, *after)
         edit.retyped(out.name)
