@@ -52,21 +52,12 @@ def _strict(value):
     surrogate (a path with bytes that are not UTF-8) is written as the visible text \\udcxx, not as a JSON escape
     that strict parsers and I-JSON reject.
     """
-    kind = type(value)  # the common plain types by identity first: this walks every value of every finding
-    if kind is str:
+    if isinstance(value, str):  # the most common value first: this walks every value of every finding
         return encodable(value)
-    if kind is dict:
-        return {_strict(k): _strict(v) for k, v in value.items()}
-    if kind is list or kind is tuple:
-        return [_strict(v) for v in value]
-    if value is None or kind is int or kind is bool:
-        return value
     if isinstance(value, dict):
         return {_strict(k): _strict(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_strict(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
-    if isinstance(value, str):
-        return encodable(value)
     return value
