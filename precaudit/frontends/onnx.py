@@ -32,12 +32,12 @@ def load_onnx(path: str) -> Graph:
     data = _read_bytes(path)
     model = _parse(path, data)
     model_dir = Path(path).resolve().parent
-    if model.functions:
+    inlined = bool(model.functions)  # then the model to infer is no longer the file's bytes
+    if inlined:
         try:
             model = onnx.inliner.inline_local_functions(model)
         except Exception as exc:  # an inliner failure should not hide the rest of the graph
             raise InputError(path, f"cannot inline model-local functions: {exc}") from exc
-        model = _infer_shapes(model)
     elif len(model.graph.value_info) + len(model.graph.output) >= len(model.graph.node):
         # Perhaps every value is declared with its type and shape, as the dynamo exporter writes them: then shape
         # inference (a tenth of a second and some 50 MB for 20,000 nodes) would only repeat the file. The builder
@@ -45,8 +45,8 @@ def load_onnx(path: str) -> Graph:
         try:
             return _build(path, model_dir, model, declared_only=True)
         except _Undeclared:
-            model = _infer_shapes(model)
-    elif _holds_weights(model):
+            pass
+    if inlined or _holds_weights(model):
         model = _infer_shapes(model)
     else:
         # The file's bytes are what inference would read: it gets them as they are, and one parsed model is held
@@ -214,6 +214,7 @@ class _Builder:
         get_scope = scope.get
         get_type = types.get
         dtype_of = _DTYPES.__getitem__
+        declared_only = self.declared_only
         for np_ in gp.node:
             op_type = np_.op_type
             op_type = intern(op_type if op_type.__class__ is str else text(op_type))
@@ -266,15 +267,10 @@ class _Builder:
                     tp = get_type(oname)
                     if tp is not None:
                         tt = tp.tensor_type
-                        elem = tt.elem_type
-                        value.dtype = dtype_of(elem)
+                        value.dtype = dtype_of(tt.elem_type)
                         if tt.HasField("shape"):
                             value._shape = tt.shape  # read when asked (ir.Value.shape)
-                        elif self.declared_only:
-                            raise _Undeclared(oname)
-                        if not elem and self.declared_only:
-                            raise _Undeclared(oname)
-                    elif self.declared_only:
+                    if declared_only and (value.dtype is None or value._shape is None):
                         raise _Undeclared(oname)
                     scope[oname] = value
                 else:
@@ -286,7 +282,7 @@ class _Builder:
             nodes.append(node)
             own.append(node)
             if body_attrs is not None:
-                if self.declared_only:  # bodies are left to inference, whose scoping rules are not repeated here
+                if declared_only:  # bodies are left to inference, whose scoping rules are not repeated here
                     raise _Undeclared(name)
                 for attr_name, typ, attr in body_attrs:
                     for body in ([attr.g] if typ == _GRAPH else list(attr.graphs)):
