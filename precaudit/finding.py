@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
-from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Finding", "SEVERITIES", "model_key", "severity_rank"]
@@ -91,5 +91,4 @@ class Finding:
         return data
 
 
-_SCALAR_FIELDS = ("rule_id", "rule_name", "severity", "message", "fix", "model", "node_name", "op_type", "scope",
-                  "source_file", "source_line")
+_SCALAR_FIELDS = tuple(f.name for f in fields(Finding) if f.name not in ("values", "references", "related_locations"))
