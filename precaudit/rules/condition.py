@@ -213,7 +213,7 @@ def _fold_constants(node: ast.AST) -> None:
         if isinstance(node, (ast.Constant, ast.Name)):
             return
         try:
-            _eval(node, {})
+            _compile(node)({})
         except _Undefined:
             pass
         except ConditionError as exc:
@@ -225,10 +225,6 @@ def _fold_constants(node: ast.AST) -> None:
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.expr):
             _fold_constants(child)
-
-
-def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
-    return _compile(node)(env)
 
 
 def _compile(node: ast.AST) -> Callable[[Mapping[str, Any]], Any]:
