@@ -83,6 +83,15 @@ def _trace_inputs(parser: _Parser, prefix: str) -> None:
                         help=f"{prefix}what runs the ops (auto: onnxruntime where installed).")
 
 
+def _list_format(parser: _Parser, help: str = "text or json.") -> None:
+    parser.add_argument("--format", "-f", dest="output_format", type=_one_of(*LIST_FORMATS), default="text",
+                        metavar="text|json", help=help)
+
+
+def _debug(parser: _Parser) -> None:
+    parser.add_argument("--debug", action="store_true", help="Show tracebacks for errors.")
+
+
 def _common(parser: _Parser, converter: bool = True) -> None:
     parser.add_argument("--dtype", "-d", metavar="DTYPE",
                         help="Target dtype: fp16 (default), bf16, fp8-e4m3, fp8-e5m2, fp32 or fp64.")
@@ -130,7 +139,7 @@ def _check() -> _Parser:
     p.add_argument("--no-color", action="store_true", help="Plain text even on a terminal.")
     p.add_argument("--jobs", "-j", type=_at_least(1), metavar="N",
                    help="Models audited at a time, in worker processes (default: the cores).")
-    p.add_argument("--debug", action="store_true", help="Show tracebacks for errors.")
+    _debug(p)
     return p
 
 
@@ -146,8 +155,7 @@ def _torch_inputs(parser: _Parser) -> None:
 def _rules() -> _Parser:
     p = _new("rules", "List every rule: id, name, severity, whether it runs by default, summary.")
     _many(p, "--rules", metavar="PATH", help="Extra YAML rule file or folder to list too.")
-    p.add_argument("--format", "-f", dest="output_format", type=_one_of(*LIST_FORMATS), default="text",
-                   metavar="text|json", help="text or json.")
+    _list_format(p)
     return p
 
 
@@ -182,11 +190,10 @@ def _keep_list() -> _Parser:
                    help="Traced: the largest output error allowed, relative to the output's largest |value| "
                         "(default 0.01).")
     p.add_argument("--max-runs", type=_at_least(1), default=30, help="Traced: emulation runs at most.")
-    p.add_argument("--format", "-f", dest="output_format", type=_one_of(*LIST_FORMATS), default="text",
-                   metavar="text|json", help="text or json.")
+    _list_format(p)
     p.add_argument("--output", "-o", type=Path, metavar="FILE", help="Write the list to this file.")
     _torch_inputs(p)
-    p.add_argument("--debug", action="store_true", help="Show tracebacks for errors.")
+    _debug(p)
     return p
 
 
@@ -203,9 +210,8 @@ def _fix() -> _Parser:
     _many(p, "--ignore", metavar="RULE,...", help="Leave these rules' findings alone.")
     p.add_argument("--trace", action="store_true", help="Also emulate both models in --dtype, side by side.")
     _trace_inputs(p, "The checks: ")
-    p.add_argument("--format", "-f", dest="output_format", type=_one_of(*LIST_FORMATS), default="text",
-                   metavar="text|json", help="text or json (on stdout).")
-    p.add_argument("--debug", action="store_true", help="Show tracebacks for errors.")
+    _list_format(p, "text or json (on stdout).")
+    _debug(p)
     return p
 
 
