@@ -215,23 +215,22 @@ def _fix() -> _Parser:
     return p
 
 
-COMMANDS = {"check": _check, "rules": _rules, "explain": _explain, "match": _match, "keep-list": _keep_list,
-            "fix": _fix}
-_SUMMARY = {"check": "Audit models against the target dtype (the default command).",
-            "rules": "List every rule.",
-            "explain": "Explain a rule: what it checks, a worked example, the fix.",
-            "match": "Show, node by node, why a rule fires or does not.",
-            "keep-list": "The nodes to keep in float32, as your converter's arguments.",
-            "fix": "Repair what the audit found; write a new model."}
+# each command: its parser, and the line `precaudit --help` gives it
+COMMANDS = {"check": (_check, "Audit models against the target dtype (the default command)."),
+            "rules": (_rules, "List every rule."),
+            "explain": (_explain, "Explain a rule: what it checks, a worked example, the fix."),
+            "match": (_match, "Show, node by node, why a rule fires or does not."),
+            "keep-list": (_keep_list, "The nodes to keep in float32, as your converter's arguments."),
+            "fix": (_fix, "Repair what the audit found; write a new model.")}
 
 
 def parser_for(command: str) -> _Parser:
-    return COMMANDS[command]()
+    return COMMANDS[command][0]()
 
 
 def top_help() -> str:
     """`precaudit --help`: the commands, then the default command's own options."""
-    commands = "\n".join(f"  {name:<10} {summary}" for name, summary in _SUMMARY.items())
+    commands = "\n".join(f"  {name:<10} {summary}" for name, (_, summary) in COMMANDS.items())
     return (f"usage: {PROG} [COMMAND] ...   (no command: check)\n\n{DESCRIPTION}\n\ncommands:\n{commands}\n\n"
             f"  --version  Print the version and exit.\n\n"
             f"{PROG} COMMAND --help shows a command's options. The default command, check:\n\n"
