@@ -155,3 +155,27 @@ def test_a_norm_whose_input_only_rearranges_another_value(tmp_path, engine):
     assert report["errors"] == []
     assert [(r["node_name"], r["values"]["zero_variance_rows"], r["values"]["rows"]) for r in report["results"]] == \
         [("ln", 1, 2)]
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_dropout_exported_in_training_mode_runs_as_in_inference(tmp_path, training):
+    """torch.export of a module left in training mode writes Dropout(x, 0.5, training_mode=True): both runs must read
+    the same x (inference: the identity), or every value after it differs by far more than rounding (PA908)."""
+    pytest.importorskip("onnxruntime")
+    nodes = [h.make_node("Dropout", ["x", "ratio", "training"], ["d"], name="dropout"),
+             h.make_node("Mul", ["d", "d"], ["sq"], name="square"),
+             h.make_node("ReduceMean", ["sq", "axes"], ["ms"], name="mean"),
+             h.make_node("Add", ["ms", "eps"], ["var"], name="add_eps"),
+             h.make_node("Sqrt", ["var"], ["rms"], name="root"),
+             h.make_node("Div", ["d", "rms"], ["y"], name="normalize")]
+    inits = [const("ratio", 0.5), const("eps", 1e-3), numpy_helper.from_array(np.array(training), "training"),
+             numpy_helper.from_array(np.array([-1], np.int64), "axes")]
+    path = save(model(nodes, [tensor("x", "fp32", (4, 64))], [tensor("y", "fp32", (4, 64))], inits, opset=18),
+                tmp_path / "dropout.onnx")
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    for engine in ENGINES:
+        _, report = run_json([path], "--trace", "--trace-engine", engine, "--inputs", _npz(tmp_path, x=x),
+                             "--select", "PA9", out_dir=tmp_path)
+        assert report["errors"] == [] and report["results"] == [], engine
+        if engine == "onnxruntime":
+            assert report["trace"][0]["nodes"]["numpy"] == 0
