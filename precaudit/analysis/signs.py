@@ -13,7 +13,8 @@ What is a mask, precisely:
 - a mask moved by Cast, Unsqueeze, Expand, Reshape, Transpose, Gather, Slice, ..., multiplied by another mask or
   by a positive number, or subtracted from 1 (the inverted mask).
 An integer graph input with another name (input_ids, position_ids) and anything made from shapes (Shape, Range)
-is no mask. A count is a ReduceSum, ReduceMean, ReduceL1, ReduceL2, ReduceSumSquare, ReduceMax, ReduceMin or
+is no mask; a Shape or Size itself is positive (dimensions: 0 only in an empty tensor). A count is a
+ReduceSum, ReduceMean, ReduceL1, ReduceL2, ReduceSumSquare, ReduceMax, ReduceMin or
 CumSum of a mask or a count, and stays one through the same moves, a product with a positive number or another
 count, a division by a positive number, and a clamp or Max whose floor is 0 in the dtype it runs in.
 """
@@ -29,7 +30,9 @@ __all__ = ["SignAnalysis", "is_mask_name"]
 
 _PASS = {"Cast", "Identity", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Flatten", "Transpose", "Gather",
          "Slice", "Tile", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceSum", "Split"}
-_POSITIVE = {"Exp", "Softmax", "Sigmoid", "Softplus"}
+# Shape and Size count elements: a divisor made from them is a scale (1/sqrt(head_dim) in an exported SDPA, a mean
+# over a dim); it is 0 only for an empty tensor, where there is nothing to divide.
+_POSITIVE = {"Exp", "Softmax", "Sigmoid", "Softplus", "Shape", "Size"}
 _NONNEG = {"Relu", "Abs", "ReduceL2", "ReduceSumSquare", "ReduceL1", "ReduceVar", "LpNormalization"}
 _SIGNED = {"Sub", "Neg"}
 # ops whose output is bool: a 0/1 mask once cast to a number
