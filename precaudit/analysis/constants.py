@@ -9,7 +9,7 @@ import numpy as np
 from ..dtypes import format_of_onnx_type
 from ..ir import UNKNOWN, Node, Value
 
-__all__ = ["ScalarConst", "resolve_scalar", "is_constant", "skip_casts", "producer_through_casts"]
+__all__ = ["ScalarConst", "resolve_scalar", "resolve_fill", "is_constant", "skip_casts", "producer_through_casts"]
 
 # Ops that pass a scalar through unchanged in value (a Cast changes only its dtype; rounding comes later).
 _PASS_THROUGH = {"Cast", "CastLike", "Identity", "Expand", "Reshape", "Unsqueeze", "Squeeze", "Flatten"}
@@ -42,19 +42,7 @@ def resolve_scalar(value: Value | None) -> ScalarConst | None:
 
 
 def _resolve_scalar(value: Value | None) -> ScalarConst | None:
-    hops: list[str] = []
-    seen = 0
-    while value is not None and not value.is_const and value.producer is not None and seen < 8:
-        node = value.producer
-        if node.op_type not in _PASS_THROUGH:
-            return None
-        if node.op_type in ("Cast", "CastLike"):
-            fmt = format_of_onnx_type(node.attr("to", 0)) if node.op_type == "Cast" else None
-            hops.append(f"Cast to {fmt.long_name if fmt else 'another type'} at '{node.name}'")
-        elif node.op_type == "Expand":
-            hops.append(f"Expand at '{node.name}'")
-        value = node.input(0)
-        seen += 1
+    value, hops = _through_moves(value)
     if value is None or not value.is_const:
         return None
     if value.const_size is not None and value.const_size > _MAX_ELEMENTS:
@@ -66,7 +54,54 @@ def _resolve_scalar(value: Value | None) -> ScalarConst | None:
     first = flat[0]
     if first != first if flat.size == 1 else not np.all(flat == first):
         return None  # a vector of different values is not one eps (nor is NaN, which equals nothing)
-    return ScalarConst(float(flat[0]), " → ".join([value.const_origin or f"constant '{value.name}'", *reversed(hops)]))
+    return ScalarConst(float(flat[0]), _source(value, hops))
+
+
+def _through_moves(value: Value | None) -> tuple[Value | None, list[str]]:
+    """The value behind a chain of Casts, Expands, Reshapes..., and the hops worth naming (last first)."""
+    hops: list[str] = []
+    seen = 0
+    while value is not None and not value.is_const and value.producer is not None and seen < 8:
+        node = value.producer
+        if node.op_type not in _PASS_THROUGH:
+            return None, hops
+        if node.op_type in ("Cast", "CastLike"):
+            fmt = format_of_onnx_type(node.attr("to", 0)) if node.op_type == "Cast" else None
+            hops.append(f"Cast to {fmt.long_name if fmt else 'another type'} at '{node.name}'")
+        elif node.op_type == "Expand":
+            hops.append(f"Expand at '{node.name}'")
+        value = node.input(0)
+        seen += 1
+    return value, hops
+
+
+def _source(value: Value, hops: list[str]) -> str:
+    return " → ".join([value.const_origin or f"constant '{value.name}'", *reversed(hops)])
+
+
+_MAX_FILL_ELEMENTS = 1 << 22  # a folded attention mask of up to 2048 x 2048 positions (16 MB in float32)
+
+
+def resolve_fill(value: Value | None) -> ScalarConst | None:
+    """The fill value of a constant mask tensor, as a scalar constant: a float constant of more than one value that
+    holds 0 and one other number only. The dynamo exporter folds a causal mask into such an initializer (0 where a
+    position is attended, finfo(float32).min elsewhere); TorchScript writes the same fill as a scalar in a Where.
+
+    Only asked of constants that reach a Softmax (a mask's use); read afresh, not kept (Value.const would keep it).
+    """
+    value, hops = _through_moves(value)
+    if value is None or not value.is_const or value.dtype not in ("fp16", "bf16", "fp32", "fp64"):
+        return None
+    if value.const_size is None or not 1 < value.const_size <= _MAX_FILL_ELEMENTS:
+        return None
+    data = value._const_cache if value._const_cache is not None else value.const_loader()
+    if data is None or data.dtype.kind != "f":
+        return None
+    flat = data.reshape(-1)
+    fills = flat[flat != 0]
+    if fills.size == 0 or fills.size == flat.size or not np.all(fills == fills[0]):
+        return None  # all zeros, no zero at all (a weight), or more than one other number (NaN equals nothing)
+    return ScalarConst(float(fills[0]), f"{_source(value, hops)}, a mask of {flat.size} values, 0 or the fill")
 
 
 def is_constant(value: Value | None) -> bool:

@@ -12,8 +12,8 @@ import numpy as np
 from ..dtypes import FORMATS, Format, classify, format_of_onnx_type, round_to_format
 from ..ir import Graph, Node, Value
 from .compute_dtype import ComputeDtype, DtypeResolver
+from .constants import ScalarConst, is_constant, resolve_fill, resolve_scalar, skip_casts
 from .fused_norms import FUSED_NORMS, NormSpec
-from .constants import ScalarConst, resolve_scalar, skip_casts
 from .pattern import OpP, match_node
 from .signs import SignAnalysis
 
@@ -107,10 +107,17 @@ def find_constant_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
         if node.op_type in ("Cast", "CastLike", "Identity", "Shape", "Constant"):
             continue
         dtype: Any = _UNASKED  # the node's dtype, asked at its first float constant (most nodes have none)
+        to_softmax: bool | None = None  # whether the node feeds a Softmax, asked where it matters
         for value in node.inputs:
             if value is None or value.dtype not in FORMATS:
                 continue  # an int64 Slice end of 2**63 - 1 is no float constant
             const = resolve_scalar(value)
+            if const is None and is_constant(value) and id(value) not in seen:
+                # a mask tensor of 0 and one fill (a causal mask the dynamo exporter folded) is that fill, used
+                # where a mask is: as TorchScript's Where(mask, scores, fill) gives it
+                if to_softmax is None:
+                    to_softmax = feeds_softmax(node)
+                const = resolve_fill(value) if to_softmax else None
             if const is None or id(value) in seen or const.value == 0:
                 continue
             if dtype is _UNASKED:
@@ -123,7 +130,8 @@ def find_constant_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
                      "converted_by": dtype.clamp.by if converted != const.value else "",
                      "value_rounded": round_to_format(converted, dtype.fmt),
                      "value_class": classify(converted, dtype.fmt), "source": const.source, "consumer": node.name,
-                     "mask_fill": feeds_softmax(node), **dtype_facts(dtype, resolver)}
+                     "mask_fill": feeds_softmax(node) if to_softmax is None else to_softmax,
+                     **dtype_facts(dtype, resolver)}
             sites.append(Site("constant", node, facts))
     return sites
 
@@ -359,7 +367,7 @@ def find_weight_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
                 continue
             seen.add(id(value))
             converted = _converted_by(value, resolver)
-            if converted is None or resolve_scalar(value) is not None:
+            if converted is None or resolve_scalar(value) is not None or _mask_fill(value):
                 continue
             dtype, reader = converted
             data = _weight_data(value)
@@ -370,6 +378,11 @@ def find_weight_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
             del data  # before the next tensor is read
             sites.append(Site("weight", reader, facts))
     return sites
+
+
+def _mask_fill(value: Value) -> bool:
+    """A 0-or-fill mask tensor that reaches a Softmax: the constant sites' (PA209, PA215), as a scalar fill is."""
+    return any(feeds_softmax(reader) for reader in value.consumers) and resolve_fill(value) is not None
 
 
 def _converted_by(value: Value, resolver: DtypeResolver) -> tuple[ComputeDtype, Node] | None:
