@@ -112,6 +112,11 @@ def _mask_fill(folder):
                             dtype="fp32", consts={"fill": float(np.finfo(np.float32).min)}), folder / "mask.onnx")
 
 
+def _folded_mask(folder):
+    from fixtures.PA209_constant_out_of_range import folded_causal_mask
+    return save(folded_causal_mask(float(np.finfo(np.float32).min)), folder / "folded.onnx")
+
+
 def _mean_pooling(folder):
     from fixtures.PA304_division_by_count import pooling
     return save(pooling(), folder / "pooling.onnx")
@@ -141,6 +146,8 @@ REPAIRS = [
     (_max_guard_1e12, "fp16", "guard-raise", ["PA303"], "div", "clamps at 1e-12, 0.0 in float16",
      "clamps at 6.104e-05"),
     (_mask_fill, "fp16", "mask-fill", ["PA209"], "masked_fill", "fill -3.403e+38", "fill -65504, finfo(float16).min"),
+    (_folded_mask, "fp16", "mask-fill", ["PA209"], "masked_scores",
+     "fill -3.403e+38 (initializer 'causal', a mask of 64", "fill -65504, finfo(float16).min"),
 ]
 
 
@@ -394,3 +401,13 @@ def test_usage_errors_are_one_line(capsys, tmp_path):
                        ((tmp_path / "missing.onnx", "--dry-run"), "no such file")]:
         code, out, err = fix_text(capsys, *args)
         assert code == 2 and out == "" and says in err and err.count("\n") == 1
+
+
+def test_a_folded_mask_keeps_its_zeros_and_gets_the_target_fill(capsys, tmp_path):
+    """The dynamo exporter's causal mask, 0 on and below the diagonal and finfo(float32).min above: the copy fix
+    writes holds 0 and -65504 in the same places."""
+    code, report = fix_json(capsys, _folded_mask(tmp_path))
+    assert code == 0
+    fixed = initializer(Path(report["output"]), "causal/precaudit_fill")
+    assert fixed.dtype == np.float32 and fixed.shape == (8, 8)
+    assert np.array_equal(fixed, np.triu(np.full((8, 8), -65504.0, np.float32), k=1))

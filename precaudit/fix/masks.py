@@ -1,13 +1,16 @@
 """A mask fill beyond the target's range (torch.finfo(float32).min baked into an fp32 export, -inf once converted)
 becomes the target's own finfo.min: a new initializer in the dtype the model stores the fill, read by every node
-that read the old one and computes in the narrow type. Only fills that reach a softmax (mask fills) are changed;
-any other out-of-range constant is a number the model means, and is left alone."""
+that read the old one and computes in the narrow type. A folded mask tensor (0 or the fill, the dynamo exporter's
+causal mask) gets a copy with each fill replaced, the zeros kept. Only fills that reach a softmax (mask fills) are
+changed; any other out-of-range constant is a number the model means, and is left alone."""
 
 from __future__ import annotations
 
 from collections import deque
 
-from ..analysis.constants import resolve_scalar
+import numpy as np
+
+from ..analysis.constants import resolve_fill, resolve_scalar
 from ..escape import printable
 from ..ir import Node
 from .common import const_shape, constant_producers, float_dtype, stored_array
@@ -46,8 +49,14 @@ def mask_fill(ctx: Context, group: Group) -> Repair | str:
     number = float(facts["value"])
     index = next((i for i, v in enumerate(node.inputs) if v is not None and resolve_scalar(v) is not None
                   and resolve_scalar(v).value == number), None)
+    tensor = None
     if index is None:
-        return "the fill is not a constant input fix can replace"
+        # a folded mask read as it is stored (a moved one would need its moves redone on the copy)
+        index = next((i for i, v in enumerate(node.inputs) if v is not None and v.is_const
+                      and (found := resolve_fill(v)) is not None and found.value == number), None)
+        if index is None:
+            return "the fill is not a constant input fix can replace"
+        tensor = node.inputs[index].const()
     value = node.inputs[index]
     target = ctx.target
     fill = -target.max if number < 0 else target.max
@@ -57,7 +66,8 @@ def mask_fill(ctx: Context, group: Group) -> Repair | str:
         readers.insert(0, node)
     edit = ctx.edit
     name = edit.unique(f"{value.name}/precaudit_fill")
-    array = stored_array(fill, float_dtype(value), const_shape(value))
+    array = stored_array(fill, float_dtype(value), const_shape(value)) if tensor is None else \
+        np.where(tensor == number, np.asarray(fill, tensor.dtype), tensor)
 
     def apply() -> None:
         edit.add_named_initializer(node, name, array)
