@@ -168,3 +168,12 @@ def test_torchscript_with_token_id_inputs(tmp_path):
     torch.jit.save(torch.jit.trace(module, (torch.randint(0, 10, (2, 5)),)), str(tmp_path / "emb.pt"))
     code, report = run_json([tmp_path / "emb.pt"], "--input-shape", "2,5", "--input-dtype", "int64", out_dir=tmp_path)
     assert report["errors"] == [] and code == 0
+
+
+def test_a_scale_from_a_size_is_no_unguarded_division(tmp_path):
+    """torch.tensor(x.size(-1)) comes out of torch.export as lift_fresh_copy + detach_ of a constant: a positive
+    number, so x / sqrt(size * 3) divides by no zero; the twin divides by sqrt(relu(x))."""
+    _, results = audit(tmp_path, "scaled_by_size")
+    assert [r["rule_id"] for r in results] == []
+    _, results = audit(tmp_path, "scaled_by_relu")
+    assert [(r["rule_id"], r["source_line"]) for r in results] == [("PA303", line_of("hazard: relu(x) can be 0"))]

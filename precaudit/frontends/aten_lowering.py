@@ -391,8 +391,10 @@ def _div(low, fx, args):
     low._emit(fx, "Div", [args[0], args[1]], {})
 
 
+# (detach_: torch.export leaves it after lift_fresh_copy where a tensor is made from a Python number or a size)
 _SHAPE = ["view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "permute", "transpose", "t", "expand",
-          "expand_as", "contiguous", "clone", "alias", "flatten", "slice", "select", "detach", "lift_fresh_copy"]
+          "expand_as", "contiguous", "clone", "alias", "flatten", "slice", "select", "detach", "detach_",
+          "lift_fresh_copy"]
 _HANDLERS: dict[str, Callable] = {
     "layer_norm": _layer_norm, "native_layer_norm": _native_layer_norm, "rms_norm": _rms_norm,
     "group_norm": _group_norm, "native_group_norm": _group_norm, "batch_norm": _batch_norm,
