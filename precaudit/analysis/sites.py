@@ -458,6 +458,8 @@ def selected_by_where_only(node: Node, depth: int = 12) -> bool:
                 for user in out.consumers:
                     if user.op_type == "Where" and user.input(0) is not out:
                         continue
+                    if user.op_type in ("Shape", "Size"):
+                        continue  # reads the dims only (full_like in a dynamic-shape export), none of the values
                     if user.op_type not in _ELEMENTWISE:
                         return False
                     if id(user) not in seen:
