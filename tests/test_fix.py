@@ -411,3 +411,45 @@ def test_a_folded_mask_keeps_its_zeros_and_gets_the_target_fill(capsys, tmp_path
     fixed = initializer(Path(report["output"]), "causal/precaudit_fill")
     assert fixed.dtype == np.float32 and fixed.shape == (8, 8)
     assert np.array_equal(fixed, np.triu(np.full((8, 8), -65504.0, np.float32), k=1))
+
+
+def _two_layers_one_fill(folder):
+    """Two layers, each a decomposed LayerNorm (eps 1e-12: 0.0 in float16) then scores + mask → Softmax, both masks
+    Where(allowed, 0, finfo(float32).min) of one shared fill; the second layer's mask is written first, as the dynamo
+    exporter writes Gemma-2's, so the fill's repair is compared at the second layer's softmax."""
+    from onnx import helper as h
+    nodes = [h.make_node("Where", ["allowed", "zero", "fill"], ["mask1"], name="mask_layer1"),
+             h.make_node("Where", ["allowed", "zero", "fill"], ["mask0"], name="mask_layer0")]
+    inp = "x"
+    for k in (0, 1):
+        p = f"l{k}_"
+        nodes += [h.make_node("ReduceMean", [inp], [p + "mean"], name=p + "mean", axes=[-1]),
+                  h.make_node("Sub", [inp, p + "mean"], [p + "d"], name=p + "sub"),
+                  h.make_node("Mul", [p + "d", p + "d"], [p + "sq"], name=p + "square"),
+                  h.make_node("ReduceMean", [p + "sq"], [p + "var"], name=p + "var", axes=[-1]),
+                  h.make_node("Add", [p + "var", "eps"], [p + "ve"], name=p + "add_eps"),
+                  h.make_node("Sqrt", [p + "ve"], [p + "sd"], name=p + "sqrt"),
+                  h.make_node("Div", [p + "d", p + "sd"], [p + "ln"], name=p + "normalize"),
+                  h.make_node("Add", [p + "ln", f"mask{k}"], [p + "scores"], name=p + "masked_scores"),
+                  h.make_node("Softmax", [p + "scores"], [p + "p" if k == 0 else "y"], name=p + "softmax", axis=-1)]
+        inp = p + "p"
+    inits = [numpy_helper.from_array(np.tril(np.ones((8, 8), bool)), "allowed"),
+             numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+             numpy_helper.from_array(np.array(np.finfo(np.float32).min, np.float32), "fill"),
+             numpy_helper.from_array(np.array(1e-12, np.float32), "eps")]
+    graph = h.make_graph(nodes, "two_layers", [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 8, 8])],
+                         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 8, 8])], inits)
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 10
+    return save(m, folder / "two_layers.onnx")
+
+
+def test_a_fill_every_layer_reads_is_checked_by_its_own_change(capsys, tmp_path):
+    """The fill reaches the second layer's softmax also through the first layer, whose eps another repair raised:
+    the mask fill is judged exact by what it changes itself, and the model is written."""
+    code, report = fix_json(capsys, _two_layers_one_fill(tmp_path))
+    assert code == 0 and report["written"], report.get("problems")
+    kinds = sorted(r["kind"] for r in report["repairs"])
+    assert kinds == ["eps-raise", "eps-raise", "mask-fill"]
+    [fill] = [r for r in report["repairs"] if r["kind"] == "mask-fill"]
+    assert fill["node"] == "mask_layer1" and fill["float32"]["within"] and fill["float32"]["difference"] == 0

@@ -141,11 +141,15 @@ def _isolated(original: onnx.ModelProto, fixed: onnx.ModelProto,
     fixed_nodes = list(fixed.graph.node)
     producer = {text(o): k for k, n in enumerate(fixed_nodes) for o in n.output if o}
     fixed_inits = {text(t.name): t for t in fixed.graph.initializer}
+    # a node another repair changed is copied as the original has it: each repair is judged by its own change (a
+    # mask fill every layer reads reaches the next layer's softmax through that layer's raised eps)
+    original_nodes = {text(n.name): n for n in g.node if n.name}
     copies: dict[int, str] = {}
     for i, r in enumerate(repairs):
         value = r.check.value
         if r.check.kind == "none" or not value or value not in producer:
             continue
+        others = {name for j, o in enumerate(repairs) if j != i for name in o.nodes} - set(r.nodes)
         changed = set(r.changed)
         descend, region = set(changed), []
         for k, n in enumerate(fixed_nodes):  # forward: everything the repair's values reach
@@ -167,7 +171,8 @@ def _isolated(original: onnx.ModelProto, fixed: onnx.ModelProto,
         new_nodes, new_inits, ok = [], {}, True
         for k in region:
             node = onnx.NodeProto()
-            node.CopyFrom(fixed_nodes[k])
+            name = text(fixed_nodes[k].name)
+            node.CopyFrom(original_nodes[name] if name in others and name in original_nodes else fixed_nodes[k])
             for j, x in enumerate(node.input):
                 x = text(x)
                 if x in made:
