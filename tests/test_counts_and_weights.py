@@ -107,3 +107,30 @@ def test_a_missing_weight_file_is_one_line_only_when_weights_are_read(tmp_path, 
     assert main([str(path), "--check-weights"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "W0" in err[0] and "Traceback" not in err[0], err
+
+
+def test_a_tensor_every_layer_adds_before_its_softmax_is_read_once(tmp_path):
+    """A folded position bias (not a 0-or-fill mask, more values than a scalar is looked for in) that three layers
+    add to their scores: whether it is a mask fill is worked out once, not at each reader, and the weight checks
+    then read it once more, for its numbers."""
+    from precaudit.analysis.compute_dtype import DtypeResolver
+    from precaudit.analysis.sites import find_constant_sites, find_weight_sites
+    from precaudit.dtypes import FORMATS
+    from precaudit.frontends.onnx import load_onnx
+
+    nodes, x = [], "x"
+    for k in range(3):
+        nodes += [h.make_node("Add", [x, "bias"], [f"s{k}"], name=f"scores_{k}"),
+                  h.make_node("Softmax", [f"s{k}"], [f"p{k}"], name=f"softmax_{k}", axis=-1)]
+        x = f"p{k}"
+    nodes.append(h.make_node("Identity", [x], ["y"], name="output"))
+    bias = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32), "bias")
+    path = save(model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [2, 16, 16])],
+                      [h.make_tensor_value_info("y", T.FLOAT, [2, 16, 16])], [bias]), tmp_path / "bias.onnx")
+    graph = load_onnx(str(path))
+    [value] = [v for v in graph.nodes[0].inputs if v.name == "bias"]
+    loader, reads = value.const_loader, []
+    value.const_loader = lambda: reads.append(1) or loader()
+    resolver = DtypeResolver(graph, FORMATS["fp16"])
+    assert find_constant_sites(graph, resolver) == [] and len(reads) == 1
+    assert [s.facts["name"] for s in find_weight_sites(graph, resolver)] == ["bias"] and len(reads) == 2

@@ -87,8 +87,18 @@ def resolve_fill(value: Value | None) -> ScalarConst | None:
     holds 0 and one other number only. The dynamo exporter folds a causal mask into such an initializer (0 where a
     position is attended, finfo(float32).min elsewhere); TorchScript writes the same fill as a scalar in a Where.
 
-    Only asked of constants that reach a Softmax (a mask's use); read afresh, not kept (Value.const would keep it).
+    Only asked of constants that reach a Softmax (a mask's use); worked out once per value (constant sites ask at
+    each reader, weight sites and fix again), the tensor read afresh and not kept (Value.const would keep it).
     """
+    if value is None:
+        return None
+    found = value._fill
+    if found is UNKNOWN:
+        found = value._fill = _resolve_fill(value)
+    return found
+
+
+def _resolve_fill(value: Value) -> ScalarConst | None:
     value, hops = _through_moves(value)
     if value is None or not value.is_const or value.dtype not in ("fp16", "bf16", "fp32", "fp64"):
         return None
