@@ -453,3 +453,28 @@ def test_a_fill_every_layer_reads_is_checked_by_its_own_change(capsys, tmp_path)
     assert kinds == ["eps-raise", "eps-raise", "mask-fill"]
     [fill] = [r for r in report["repairs"] if r["kind"] == "mask-fill"]
     assert fill["node"] == "mask_layer1" and fill["float32"]["within"] and fill["float32"]["difference"] == 0
+
+
+@pytest.mark.parametrize("ir_version", [3, 8])
+def test_an_eps_inside_an_if_body_is_raised_in_a_valid_body(capsys, tmp_path, ir_version):
+    """A verifier branch's LayerNorm inside If's then-branch: at IR version 3 a body can hold no new initializer
+    (onnx.checker: 'in initializer but not in graph input'), so the new eps is a Constant node at the body's head;
+    at IR 8 it is an initializer of the body. Either way the fixed model passes the full check and runs."""
+    model = fix_models.verifier_branch(tmp_path / f"verifier{ir_version}.onnx", ir_version=ir_version)
+    code, report = fix_json(capsys, model, "--select", "PA101")
+    assert report.get("problems") == [] and report["written"], report
+    [repair] = report["repairs"]
+    word = "Constant node" if ir_version <= 3 else "initializer"
+    assert repair["node"] == "If_32/then_branch/Add_41"
+    assert repair["after"] == f"eps 6.104e-05 (new {word} 'If_32/then_branch/Add_41/precaudit_eps', float32)"
+    fixed = Path(report["output"])
+    onnx.checker.check_model(str(fixed), full_check=True)
+    then = next(a.g for a in onnx.load(str(fixed)).graph.node[-1].attribute if a.name == "then_branch")
+    add = next(n for n in then.node if n.name == "Add_41")
+    assert list(add.input) == ["v", "If_32/then_branch/Add_41/precaudit_eps"]
+    if ir_version <= 3:
+        assert then.node[0].op_type == "Constant" and list(then.node[0].output) == [add.input[1]]
+        assert not then.initializer
+    else:
+        assert [t.name for t in then.initializer] == [add.input[1]]
+    assert ("PA101", "If_32/then_branch/Add_41") not in audit(capsys, fixed)

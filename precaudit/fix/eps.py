@@ -311,7 +311,7 @@ def _raise_constant(ctx: Context, group: Group, facts: dict, rules: list[str], p
     edit.touched.add(id(node))
     check, words = _ratio(facts, placement, node, old, new)
     shown = FORMATS[dtype].long_name if dtype else "float32"
-    after = f"eps {_fmt(new)} (new initializer '{printable(name)}', {shown})"
+    after = f"eps {_fmt(new)} (new {edit.constant_word} '{printable(name)}', {shown})"
     notes = [f"'{printable(value.name)}' stays as it is for {len(others)} other reader{'s' * (len(others) != 1)}"] \
         if others else []
     return Repair("eps-raise", node, rules, f"eps {_fmt(old)} ({source})", after, words, check, apply, notes,

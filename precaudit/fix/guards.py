@@ -61,7 +61,7 @@ def guard(ctx: Context, group: Group, rule_ids: list[str]) -> Repair | str:
         return Repair("guard-raise", node, rule_ids,
                       f"{guard_node.op_type} '{printable(guard_node.name)}' clamps at {_fmt(old)}, "
                       f"{_class(old, facts)} in {fmt_name}",
-                      f"clamps at {_fmt(floor)} (new initializer '{printable(name)}')", words, check, apply_raise,
+                      f"clamps at {_fmt(floor)} (new {edit.constant_word} '{printable(name)}')", words, check, apply_raise,
                       nodes=[guard_node.name], changed=[name])
     clamp = edit.unique(f"{node.name}/precaudit_floor")
     out = edit.unique(f"{value.name}/precaudit_guarded")

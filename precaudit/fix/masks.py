@@ -86,7 +86,7 @@ def mask_fill(ctx: Context, group: Group) -> Repair | str:
     side = "min" if number < 0 else "max"
     return Repair("mask-fill", node, ["PA209"], f"fill {number:.4g} ({facts.get('source')}), "
                   f"{facts.get('value_rounded')} in {facts.get('compute_dtype')}",
-                  f"fill {fill:g}, finfo({target.long_name}).{side} (new initializer '{printable(name)}'{also})",
+                  f"fill {fill:g}, finfo({target.long_name}).{side} (new {edit.constant_word} '{printable(name)}'{also})",
                   f"exact at the softmax{' ' + repr(printable(softmax.name)) if softmax is not None else ''}: a masked "
                   f"score gets weight exp(fill - max) = 0 in float32 either way, while the kept scores stay above "
                   f"{fill:g} + 104",

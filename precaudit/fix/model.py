@@ -59,6 +59,7 @@ class Editable:
     _dropped: set[int] = field(default_factory=set)  # id(node proto) to remove
     _stale_types: set[str] = field(default_factory=set)  # value_info entries whose dtype an edit changed
     _inits: dict[int, list[onnx.TensorProto]] = field(default_factory=dict)  # id(graph) -> new initializers
+    _head: dict[int, list[onnx.NodeProto]] = field(default_factory=dict)  # id(graph) -> new Constant nodes, first
     _orphans: dict[int, onnx.NodeProto] = field(default_factory=dict)
     touched: set[int] = field(default_factory=set)  # id(IR node) an edit changed: one repair per node
 
@@ -124,10 +125,23 @@ class Editable:
 
     # ---- edits -----------------------------------------------------------------------------------------------
 
+    @property
+    def constant_word(self) -> str:
+        """What a new constant is in this model, as the report names it."""
+        return "initializer" if self.model.ir_version > 3 else "Constant node"
+
     def add_named_initializer(self, near: Node, name: str, array: np.ndarray) -> None:
         """A new initializer (in the graph that holds `near`) under a name unique() gave; never a change to an
-        existing one, which other nodes may read."""
+        existing one, which other nodes may read.
+
+        IR version 3 and older require every initializer to be a graph input too, and a body's inputs are fixed by
+        its If/Loop/Scan (onnx.checker: 'in initializer but not in graph input'): there the constant is a Constant
+        node at the head of that graph, before every reader, which every IR version and every graph accepts."""
         tensor = numpy_helper.from_array(np.asarray(array), name)
+        if self.model.ir_version <= 3:
+            node = onnx.helper.make_node("Constant", [], [name], name=self.unique(f"{name}/constant"), value=tensor)
+            self._head.setdefault(id(self.graph_of(near)), []).append(node)
+            return
         self._inits.setdefault(id(self.graph_of(near)), []).append(tensor)
 
     def make_node(self, op: str, inputs: list[str], outputs: list[str], name_hint: str, **attrs) -> onnx.NodeProto:
@@ -170,8 +184,9 @@ class Editable:
         self._prune(graphs)
         for gid, gp in graphs.items():
             nodes = list(gp.node)
-            if any(id(n) in self._before or id(n) in self._after or id(n) in self._dropped for n in nodes):
-                ordered = []
+            if gid in self._head or any(id(n) in self._before or id(n) in self._after or id(n) in self._dropped
+                                        for n in nodes):
+                ordered = list(self._head.get(gid, []))
                 for n in nodes:
                     ordered += self._before.get(id(n), [])
                     if id(n) not in self._dropped:
@@ -193,7 +208,7 @@ class Editable:
         """Drop the orphans nothing reads any more (a name read anywhere, in any body, counts as read)."""
         if not self._orphans:
             return
-        pending = [n for extra in (*self._before.values(), *self._after.values()) for n in extra]
+        pending = [n for extra in (*self._before.values(), *self._after.values(), *self._head.values()) for n in extra]
         while True:
             used: set[str] = set()
             for gp in graphs.values():
