@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from .analysis.compute_dtype import DtypeResolver
 from .analysis.collect import collect_sites
+from .analysis.quantized import quantization
 from .analysis.sites import Site, find_weight_sites
 from .dtypes import Format
 from .errors import InputError
@@ -21,6 +22,7 @@ from .rules.loader import Rule
 from .suppress import drop_suppressed
 
 if TYPE_CHECKING:
+    from .analysis.quantized import Quantization
     from .report.dtype_map import NodeDtype
     from .trace import TraceRun
 
@@ -36,6 +38,7 @@ class AuditResult:
     models: list[str] = field(default_factory=list)  # every model audited successfully
     traces: dict[str, "TraceRun"] = field(default_factory=dict)  # per model, with --trace: its inputs and engines
     dtype_maps: dict[str, list["NodeDtype"]] = field(default_factory=dict)  # per model, for the HTML report
+    quantized: dict[str, "Quantization"] = field(default_factory=dict)  # per model with QDQ or integer ops
 
 
 def load_graph(path: str, torch_options: TorchOptions | None = None, target: str = "fp16") -> Graph:
@@ -110,13 +113,21 @@ def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32:
                     result.dtype_maps[path] = node_dtypes(graph, resolver)
                 patterns = {rule.id: rule.pattern for rule in rules if rule.pattern is not None}
                 sites = collect_sites(graph, resolver, patterns)
+                quantized = quantization(graph)
+                if quantized is not None:
+                    result.quantized[path] = quantized
+            traced: list[Site] = []
             if trace is not None:
                 traced, result.traces[path] = _traced(path, graph, resolver, trace, torch_options, target, keep_fp32)
-                sites += traced
-            if (trace is not None or check_weights) and weight_rules:
-                sites += find_weight_sites(graph, resolver)
+            weights = find_weight_sites(graph, resolver) if (trace is not None or check_weights) and weight_rules \
+                else []
             with _collector_paused():
-                result.findings.extend(drop_suppressed(apply_rules(rules, sites, path)))
+                findings = apply_rules(rules, sites, path)
+                measured = apply_rules(rules, traced, path)
+                for finding in measured:  # a traced number holds for the inputs it was measured on, and says which
+                    finding.inputs = result.traces[path].source
+                findings += measured + apply_rules(rules, weights, path)
+                result.findings.extend(drop_suppressed(findings))
         except InputError as exc:
             result.errors.append(exc)
             continue

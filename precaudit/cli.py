@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import math
 import os
 import sys
 import traceback
@@ -41,7 +42,7 @@ def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp
           rules: list[str], select: list[str], ignore: list[str], preview: bool | None, output_format: str | None,
           no_group: bool, output: Path | None, fail_on: str | None, exit_zero: bool, statistics: bool,
           baseline: str | None, write_baseline: str | None, show_settings: bool, trace: bool,
-          check_weights: bool | None, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str,
+          check_weights: bool | None, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str, range_: list[str],
           input_shape: list[str], input_dtype: str, trust_pickle: bool, no_color: bool, jobs: int | None,
           debug: bool) -> int:
     """Audit models against the target dtype (the default command)."""
@@ -75,7 +76,7 @@ def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp
     if trace_engine not in TRACE_ENGINES:
         raise InputError(None, f"--trace-engine {trace_engine!r}: choose {', '.join(TRACE_ENGINES[:-1])} or "
                                f"{TRACE_ENGINES[-1]}")
-    trace_options = TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine,
+    trace_options = TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine, ranges=_ranges(range_),
                                  progress=settings.format == "text" and output is None and _color_ok(no_color)) \
         if trace else None
     from .parallel import default_jobs
@@ -134,7 +135,8 @@ def _run(models: list[str], settings: Settings, write_to: str | None, exit_zero:
                        "check_weights": settings.check_weights or trace_options is not None,
                        "converter": settings.converter, "autocast": settings.autocast,
                        "config_file": settings.config_file}
-    return Outcome(result=AuditResult(counted, result.errors, result.models, result.traces, result.dtype_maps),
+    return Outcome(result=AuditResult(counted, result.errors, result.models, result.traces, result.dtype_maps,
+                                      result.quantized),
                    settings=report_settings,
                    exit_code=code, rules=rule_set, root=repo_root(), ignored=len(result.findings) - len(kept),
                    baseline=match)
@@ -205,7 +207,7 @@ def match(*, rule: str, model: str, node: str, dtype: str | None, keep_fp32: lis
 
 
 def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp32: list[str], rules: list[str],
-              trace: bool, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str,
+              trace: bool, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str, range_: list[str],
               tolerance: float, max_runs: int, output_format: str, output: Path | None, input_shape: list[str],
               input_dtype: str, trust_pickle: bool, debug: bool) -> int:
     """The nodes to keep in float32, as your converter's arguments; verified by emulation with --trace."""
@@ -217,21 +219,22 @@ def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp3
         check_output(output)
     if trace_engine not in TRACE_ENGINES:
         raise _bad_value("--trace-engine", f"choose one of {', '.join(TRACE_ENGINES)}")
-    trace_options = TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine,
+    trace_options = TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine, ranges=_ranges(range_),
                                  progress=output is None and _color_ok(False)) if trace else None
     from .config import load_settings
 
     _note_named_inputs([model], load_settings({"rules": list(rules)} if rules else {}), inputs)  # -o never over them
-    text = keep_list_report(model, {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules)}, target_for,
+    text, code = keep_list_report(model, {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules)}, target_for,
                             TorchOptions(_shapes(input_shape), input_dtype, trust_pickle), trace_options, tolerance,
                             max_runs, output_format)
     _write(text, output)
-    return EXIT_CLEAN
+    return code
 
 
 def fix(*, model: str, output: Path | None, dtype: str | None, dry_run: bool, min_eps: float | None,
+        data_floor: str, tolerance: float,
         keep_fp32: list[str], converter: str | None, rules: list[str], select: list[str], ignore: list[str],
-        trace: bool, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str,
+        trace: bool, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str, range_: list[str],
         output_format: str, debug: bool) -> int:
     """Repair what the audit found, minimally and locally; write a new model, checked against the original."""
     from .config import load_settings
@@ -247,8 +250,8 @@ def fix(*, model: str, output: Path | None, dtype: str | None, dry_run: bool, mi
     given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "select": _split(select),
              "ignore": _split(ignore), "converter": _converter_name(converter)}
     text, code = fix_report(model, given, str(output) if output is not None else None, dry_run, min_eps,
-                            TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine), trace,
-                            output_format)
+                            TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine, ranges=_ranges(range_)), trace,
+                            output_format, tolerance, data_floor)
     _write_stdout(text)
     return code
 
@@ -277,6 +280,22 @@ def _shapes(entries: list[str]) -> list[tuple[int, ...]]:
         return [tuple(int(d) for d in entry.split(",") if d.strip()) for entry in entries]
     except ValueError:
         raise _bad_value("--input-shape", f"shapes are comma-separated integers, got {entries}") from None
+
+
+def _ranges(entries: list[str]) -> dict[str, tuple[float, float]]:
+    """--range x=-32768:32767 --range mask=0:1."""
+    ranges = {}
+    for entry in entries:
+        name, _, span = entry.partition("=")
+        lo, sep, hi = span.rpartition(":")
+        try:
+            low, high = float(lo), float(hi)
+        except ValueError:
+            low = high = float("nan")
+        if not name.strip() or not sep or not (math.isfinite(low) and math.isfinite(high) and low <= high):
+            raise _bad_value("--range", f"expected NAME=LO:HI with finite LO <= HI, got {entry!r}")
+        ranges[name.strip()] = (low, high)
+    return ranges
 
 
 def _dims(entries: list[str]) -> dict[str, int]:

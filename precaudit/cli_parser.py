@@ -78,6 +78,8 @@ def _trace_inputs(parser: _Parser, prefix: str) -> None:
                                                          f"repeat the option for several batches.")
     parser.add_argument("--samples", type=_at_least(1), default=1, help=f"{prefix}how many synthesized batches.")
     _many(parser, "--dim", metavar="NAME=SIZE", help=f"{prefix}size of a symbolic dim.")
+    parser.add_argument("--range", dest="range_", action="append", default=[], metavar="NAME=LO:HI",
+                        help=f"{prefix}synthesize this input uniform in [LO, HI] (int16-scale audio: -32768:32767).")
     parser.add_argument("--seed", type=_at_least(0), default=0, help=f"{prefix}seed for synthesized inputs.")
     parser.add_argument("--trace-engine", default="auto", metavar=_ENGINE_METAVAR,
                         help=f"{prefix}what runs the ops (auto: onnxruntime where installed).")
@@ -205,7 +207,14 @@ def _fix() -> _Parser:
     _common(p)
     p.add_argument("--dry-run", action="store_true", help="Show the plan only; write nothing.")
     p.add_argument("--min-eps", type=_number, metavar="V",
-                   help="Raise eps (and guards) to V instead of the smallest normal number.")
+                   help="Raise eps (and new guards) to V instead of the smallest normal number.")
+    p.add_argument("--data-floor", default="keep", metavar="keep|subnormal|normal|V",
+                   help="A clamp on data (Max/Clip before a Log, Div, Sqrt) whose floor is 0.0 in --dtype: keep it in "
+                        "float32 (default: keep-list advice, or Casts in a float16 model), or raise it to the "
+                        "smallest subnormal or normal number, or to V, gated by --tolerance.")
+    p.add_argument("--tolerance", type=_number, default=1e-3, metavar="REL",
+                   help="The largest change a repair may make to a float32 output, relative to the output's "
+                        "largest |value|, on the checked inputs (default 1e-3); a repair beyond it is not written.")
     _many(p, "--select", metavar="RULE,...", help="Repair only these rules' findings.")
     _many(p, "--ignore", metavar="RULE,...", help="Leave these rules' findings alone.")
     p.add_argument("--trace", action="store_true", help="Also emulate both models in --dtype, side by side.")

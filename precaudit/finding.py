@@ -65,6 +65,8 @@ class Finding:
     references: list[str] = field(default_factory=list)
     # other places that explain this one: [{"file", "line", "message"}], e.g. the user's call into a library module
     related_locations: list[dict[str, Any]] = field(default_factory=list)
+    # traced findings: what the run measured them on, "user" (the --inputs files) or "synthesized"; None: static
+    inputs: str | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -83,12 +85,18 @@ class Finding:
         Built by hand: asdict deep-copies every value through a generic walk, a tenth of a second per thousand
         findings; the values here are plain (scalars, strings, lists of strings, dicts of scalars).
         """
-        data = {name: getattr(self, name) for name in _SCALAR_FIELDS}
-        data["values"] = dict(self.values)
-        data["references"] = list(self.references)
-        data["related_locations"] = [dict(location) for location in self.related_locations]
+        data = {}
+        for name in _FIELDS:
+            value = getattr(self, name)
+            if name == "values":
+                value = dict(value)
+            elif name == "references":
+                value = list(value)
+            elif name == "related_locations":
+                value = [dict(location) for location in value]
+            data[name] = value
         data["fingerprint"] = self.fingerprint
         return data
 
 
-_SCALAR_FIELDS = tuple(f.name for f in fields(Finding) if f.name not in ("values", "references", "related_locations"))
+_FIELDS = tuple(f.name for f in fields(Finding))

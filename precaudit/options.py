@@ -32,3 +32,4 @@ class TraceOptions:
     seed: int = 0
     engine: str = "auto"  # onnxruntime where it is installed (numpy kernels for what it cannot run), or numpy only
     progress: bool = False  # a progress bar on a terminal; never in CI or with machine-readable output
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # --range NAME=LO:HI of synthesized inputs

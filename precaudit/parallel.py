@@ -79,5 +79,6 @@ def _merged(per_model: list) -> AuditResult:
         merged.models.extend(result.models)
         merged.traces.update(result.traces)
         merged.dtype_maps.update(result.dtype_maps)
+        merged.quantized.update(result.quantized)
         files.add_read(read)
     return merged

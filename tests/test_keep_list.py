@@ -17,6 +17,7 @@ from fixtures.keep_list_models import ffn_overflow_transformer
 from fixtures.onnx_builders import decomposed_layernorm, fused_norm, save
 from precaudit.cli import main
 
+SYNTHESIZED = 3  # keep-list's exit code: verified on synthesized inputs only, or the snippet could not run here
 FFN = ["/layers.1/ffn/wo/MatMul", "/layers.1/ffn/Add", "/layers.1.ffn_norm/LayerNormalization"]
 
 
@@ -26,9 +27,9 @@ def keep_json(tmp_path: Path, *args: str) -> tuple[int, dict]:
     return code, json.loads(out.read_text()) if out.exists() else {}
 
 
-def keep_text(tmp_path: Path, *args: str) -> str:
+def keep_text(tmp_path: Path, *args: str, code: int = SYNTHESIZED) -> str:
     out = tmp_path / "keep.txt"
-    assert main(["keep-list", *map(str, args), "-o", str(out)]) == 0
+    assert main(["keep-list", *map(str, args), "-o", str(out)]) == code
     return out.read_text()
 
 
@@ -39,7 +40,7 @@ def ffn_model(tmp_path_factory) -> Path:
 
 def test_a_t5_style_ffn_overflow_gets_a_verified_list_smaller_than_blocking_matmul(ffn_model, tmp_path):
     code, keep = keep_json(tmp_path, ffn_model, "--for", "onnxconverter-common", "--trace")
-    assert code == 0
+    assert code == SYNTHESIZED
     assert [n["name"] for n in keep["nodes"]] == FFN
     verdict = keep["verification"]
     assert verdict["verified"] and verdict["outputs_finite"] and verdict["output_error"] < 0.01
@@ -74,7 +75,7 @@ def test_blocking_every_matmul_does_not_fix_it(ffn_model):
 def test_a_clean_model_needs_no_list(tmp_path):
     path = ffn_overflow_transformer(tmp_path / "clean.onnx", hot=None)
     code, keep = keep_json(tmp_path, path, "--for", "onnxruntime", "--trace")
-    assert code == 0 and keep["nodes"] == [] and keep["verification"]["verified"]
+    assert code == SYNTHESIZED and keep["nodes"] == [] and keep["verification"]["verified"]
     assert keep["verification"]["emulation_runs"] == 1
 
 
@@ -82,7 +83,8 @@ def test_static_lists_a_norms_whole_chain_and_what_float32_cannot_fix(tmp_path):
     m, _ = decomposed_layernorm(1e-12, dtype="fp32", opset=14)
     path = save(m, tmp_path / "ln.onnx")
     code, keep = keep_json(tmp_path, path, "--for", "onnxconverter-common")
-    assert code == 0 and keep["verification"] is None
+    assert code == 0 and keep["verification"] is None  # the real converter ran the snippet, its model loads
+    assert keep["snippet_check"]["ran"] and keep["snippet_check"]["loads"]
     assert [n["name"] for n in keep["nodes"]] == ["mean", "sub", "pow", "var", "add_eps", "sqrt", "div"]
     assert keep["entries"][0]["reasons"] == ["PA102 eps-subnormal at 'add_eps'", "PA208 statistic-overflow at 'add_eps'"]
     # MeanVarianceNormalization: its fixed eps 1e-9 sits outside the sqrt (PA104, wrong in every dtype) and is 0.0
@@ -100,7 +102,9 @@ def _parse_python(code: str) -> None:
 @pytest.mark.parametrize("target", ["onnxconverter-common", "onnxruntime", "olive", "modelopt"])
 def test_each_converter_gets_its_arguments(ffn_model, target, tmp_path):
     code, keep = keep_json(tmp_path, ffn_model, "--for", target, "--keep-fp32", "Softmax")
-    assert code == 0
+    # onnxconverter-common and onnxruntime run the printed snippet here; Olive and modelopt are not installed
+    assert code == (0 if target in ("onnxconverter-common", "onnxruntime") else SYNTHESIZED)
+    assert keep["snippet_check"]["ran"] == (code == 0)
     args, snippet = keep["arguments"], keep["snippet"]
     if target == "onnxconverter-common":
         assert args["op_block_list"][-1] == "Softmax" and "Resize" in args["op_block_list"]
@@ -164,15 +168,30 @@ def _if_model(path: Path) -> Path:
     return save(model, path)
 
 
-@pytest.mark.parametrize("target,problem", [("modelopt", False), ("onnxconverter-common", True), ("onnxruntime", True)])
-def test_an_overflow_inside_an_if_body_keeps_the_if(target, problem, tmp_path):
-    """A kept If keeps its bodies in float32 (converters do not descend into a blocked node's bodies); only modelopt
-    writes a valid model from it (onnxconverter-common 1.16.0 and onnxruntime 1.32.0 leave the body's outer-scope
-    reads uncast: checked)."""
-    _, keep = keep_json(tmp_path, _if_model(tmp_path / "if.onnx"), "--for", target, "--trace")
-    assert [n["name"] for n in keep["nodes"]] == ["if", "residual", "norm"]
-    assert keep["verification"]["verified"]
-    assert (keep["control_flow_problem"] is not None) == problem
+def test_an_overflow_inside_an_if_body_keeps_the_if_where_the_converter_can(tmp_path):
+    """A kept If keeps its bodies in float32 (converters do not descend into a blocked node's bodies); modelopt
+    keeps a blocked If whole (modelled here: not installed), so its list keeps the If."""
+    code, keep = keep_json(tmp_path, _if_model(tmp_path / "if.onnx"), "--for", "modelopt", "--trace")
+    assert code == SYNTHESIZED and [n["name"] for n in keep["nodes"]] == ["if", "residual", "norm"]
+    assert keep["verification"]["verified"] and keep["control_flow_problem"] is None
+    assert keep["snippet_check"]["ran"] is False
+
+
+@pytest.mark.parametrize("target", ["onnxconverter-common", "onnxruntime"])
+def test_a_list_the_converter_turns_into_a_refused_model_is_not_the_answer(target, tmp_path):
+    """onnxconverter-common 1.16.0 and onnxruntime 1.32.0 leave a blocked If's outer-scope reads uncast: run as
+    printed, the list with the If writes a model onnxruntime refuses. The list printed is the one without it, whose
+    model loads; the overflow inside the branch then stays in float16, and the real converter's model shows it on
+    the inputs: NOT verified, exit 1."""
+    code, keep = keep_json(tmp_path, _if_model(tmp_path / "if.onnx"), "--for", target, "--trace")
+    assert code == 1
+    assert [n["name"] for n in keep["nodes"]] == ["residual", "norm"]
+    assert keep["alternative"].startswith("the list with 'if' kept: onnxruntime refuses the model the snippet writes:")
+    assert "TypeInferenceError" in keep["alternative"] or "does not match expected type" in keep["alternative"]
+    check = keep["snippet_check"]
+    assert check["ran"] and check["loads"] and check["finite"] is False
+    assert not keep["verification"]["verified"]
+    assert "node_block_list=['residual', 'norm']" in keep["snippet"]
 
 
 def test_a_model_over_2gb_with_external_data(tmp_path):
@@ -200,9 +219,11 @@ def test_a_model_over_2gb_with_external_data(tmp_path):
 
 def test_text_output(ffn_model, tmp_path):
     text = keep_text(tmp_path, ffn_model, "--for", "onnxconverter-common", "--trace")
+    assert "  verified on 1 synthesized sample (seed 0): emulated outputs finite" in text
+    assert "  NOT CHECKED ON YOUR DATA: synthesized inputs have no silence" in text
+    assert "snippet checked as printed (ran with the installed onnxconverter_common): onnxruntime loads its model" in text
     assert text.splitlines()[1] == ("  keeps 3 nodes in float32; blocking their op types instead keeps 37 "
                                     "(MatMul 25, Add 6, LayerNormalization 6)")
-    assert "verified on 1 synthesized sample (seed 0): outputs finite" in text
     assert "node_block_list=['/layers.1/ffn/wo/MatMul', '/layers.1/ffn/Add', " in text
 
 
@@ -258,3 +279,28 @@ def test_real_converters_turn_the_list_into_a_model_that_stays_finite(ffn_model,
         out = tmp_path / f"{label}.json"
         main([str(converted[label]), "--trace", "--select", "PA906", "--format", "json", "-o", str(out)])
         assert len(json.loads(out.read_text())["results"]) == expect, label
+
+
+def test_int16_scale_inputs_are_kept_float32_with_keep_io_types(tmp_path):
+    """An audio front end on int16-scale samples, traced on real-shaped audio: the power overflows float16 (the
+    first entry), and after that the error still enters at the Conv that reads the samples, which keep_io_types=False
+    has rounded to float16 before any kept node sees them. The loop then keeps the inputs float32
+    (keep_io_types=True) with their reader: verified, on the user's inputs, and the real converter's model agrees
+    (error 0 against float32); exit 0. Before, it stopped with 'nothing left to keep' and exited 0 unverified."""
+    from fixtures.keep_list_models import int16_audio, mel_front_end
+
+    model, audio = mel_front_end(tmp_path / "mel.onnx"), int16_audio(tmp_path / "audio.npz")
+    code, keep = keep_json(tmp_path, model, "--for", "onnxruntime", "--trace", "--inputs", audio, "--tolerance", "1e-4")
+    assert code == 0 and keep["verification"]["verified"] and not keep["verification"]["synthesized"]
+    assert keep["keep_io_types"] and keep["verification"]["keep_io_types"]
+    assert [n["name"] for n in keep["nodes"]] == ["stft", "power", "t", "mel", "add_eps", "log"]
+    assert "keep_io_types=True," in keep["snippet"]
+    check = keep["snippet_check"]
+    assert check["ran"] and check["loads"] and check["finite"] and check["error"] <= 1e-4
+    inputs_entry = [e for e in keep["entries"] if "graph inputs ('x')" in e["reasons"][0]]
+    assert len(inputs_entry) == 1 and not inputs_entry[0]["dropped"]
+    # keep_io_types=False leaves 4.5e-4 of error however many nodes are kept: with the tolerance above that, the
+    # samples' rounding is within it and no keep_io_types is asked for
+    code, keep = keep_json(tmp_path, model, "--for", "onnxruntime", "--trace", "--inputs", audio)
+    assert code == 0 and keep["verification"]["verified"] and not keep["keep_io_types"]
+    assert "keep_io_types=False," in keep["snippet"]

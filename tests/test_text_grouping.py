@@ -38,7 +38,7 @@ def test_a_24_layer_t5_prints_one_block_per_rule(t5, capsys):
         "encoder.final_layer_norm",
         "  warning PA102 eps-subnormal  node '/encoder/final_layer_norm/Add' (Add) in encoder.final_layer_norm",
     ]
-    assert lines[-2:] == ["Found 98 findings in 1 model: 0 errors, 98 warnings, 0 info.",
+    assert lines[-2:] == [f"Found 98 findings in 1 model ({t5}): 0 errors, 98 warnings, 0 info.",
                           "98 findings shown in 3 blocks of alike findings; --no-group or --format concise lists "
                           "each one."]
 
@@ -58,7 +58,7 @@ def test_concise_is_one_line_per_finding(t5, capsys):
     assert len(lines) == 98 + 1
     assert lines[0] == (f"{t5}:/encoder/block.0/layer.0/layer_norm/Add: PA102 [warning] eps 1e-06 (initializer 'eps') "
                         "is subnormal in float16: stored as 1.0133e-06, and 0.0 wherever subnormals are flushed to zero")
-    assert lines[-1] == "Found 98 findings in 1 model: 0 errors, 98 warnings, 0 info."
+    assert lines[-1] == f"Found 98 findings in 1 model ({t5}): 0 errors, 98 warnings, 0 info."
 
 
 def test_json_stays_one_result_per_node(t5, tmp_path):

@@ -121,3 +121,78 @@ def test_the_report_never_overwrites_an_inputs_file(tmp_path, rms, capsys):
     assert main([str(rms), "--trace", "--inputs", batch, "-o", batch]) == 2
     assert "refusing to write the report over one of the inputs" in capsys.readouterr().err
     assert np.load(batch)["x"].shape == (2, 8)  # still the user's file
+
+
+# ---- inputs that mean something: masks in every state, ranges, the dims guessed, where each number comes from ----
+
+def test_a_bool_padding_mask_is_synthesized_in_every_state(tmp_path):
+    """A key-padding mask (True = padding) synthesized all-true made every row all padding: 100 % NaN that never
+    happens. Now the batch (guessed 3) holds a row all valid, one partly, one all padding: only that row's output
+    turns NaN in float16 (finfo(float32).min is -inf there), and the finding says it rests on synthesized inputs."""
+    from fixtures.keep_list_models import padding_mask_attention
+    from precaudit.frontends.onnx import load_onnx
+    from precaudit.trace.inputs import synthesize_inputs
+
+    path = padding_mask_attention(tmp_path / "pad.onnx")
+    mask = synthesize_inputs(load_onnx(str(path)), {}, 0)["mask"]
+    assert mask.tolist() == [[True] * 8, [True] * 4 + [False] * 4, [False] * 8]
+    _, report = run_json([path], "--trace", "--select", "PA906", out_dir=tmp_path)
+    [trace] = report["trace"]
+    assert trace["source"] == "synthesized" and trace["guessed_dims"] == {"batch": 3} and trace["masks"] == ["mask"]
+    [nan] = report["results"]
+    assert nan["inputs"] == "synthesized" and nan["node_name"] == "masked_fill"
+    # the user's own mask, with no row all padding: nothing turns NaN, and what was measured says "user"
+    npz = _npz(tmp_path, scores=np.zeros((2, 8), np.float32), mask=np.array([[False] * 8, [False] * 6 + [True] * 2]))
+    _, report = run_json([path], "--trace", "--inputs", npz, out_dir=tmp_path)
+    assert [r["rule_id"] for r in report["results"]] == ["PA209"] and report["trace"][0]["source"] == "user"
+
+
+def test_an_int_attention_mask_has_three_rows_and_a_fixed_batch_of_one_is_partly_valid(tmp_path):
+    from precaudit.frontends.onnx import load_onnx
+    from precaudit.trace.inputs import synthesize_inputs
+
+    ids = h.make_tensor_value_info("attention_mask", T.INT64, ["batch", 6])
+    x = h.make_tensor_value_info("x", T.FLOAT, ["batch", 6])
+    y = h.make_tensor_value_info("y", T.FLOAT, ["batch", 6])
+    nodes = [h.make_node("Cast", ["attention_mask"], ["m"], to=T.FLOAT), h.make_node("Mul", ["x", "m"], ["y"])]
+    path = save(model(nodes, [ids, x], [y]), tmp_path / "am.onnx")
+    feeds = synthesize_inputs(load_onnx(str(path)), {}, 0)
+    assert feeds["attention_mask"].tolist() == [[1] * 6, [1, 1, 1, 0, 0, 0], [0] * 6] and feeds["x"].shape == (3, 6)
+    feeds = synthesize_inputs(load_onnx(str(path)), {"batch": 1}, 0)
+    assert feeds["attention_mask"].tolist() == [[1, 1, 1, 0, 0, 0]]
+
+
+def test_range_sets_a_synthesized_inputs_values(tmp_path, rms, capsys):
+    from precaudit.frontends.onnx import load_onnx
+    from precaudit.trace.inputs import synthesize_inputs
+
+    x = synthesize_inputs(load_onnx(str(rms)), {}, 0, {"x": (-32768.0, 32767.0)})["x"]
+    assert x.dtype == np.float16 and x.min() >= -32768 and x.max() <= 32767 and np.abs(x).max() > 1000
+    # |x| in the thousands: x² passes 65504 in float16, where N(0, 1) never does
+    _, report = run_json([rms], "--trace", "--select", "PA901", "--range", "x=-32768:32767", out_dir=tmp_path)
+    assert [r["rule_id"] for r in report["results"]] == ["PA901"]
+    _, report = run_json([rms], "--trace", "--select", "PA901", out_dir=tmp_path)
+    assert report["results"] == []
+    for bad, message in (("x=1", "expected NAME=LO:HI with finite LO <= HI, got 'x=1'"),
+                         ("x=3:1", "expected NAME=LO:HI"), ("z=0:1", "--range z: no graph input of that name")):
+        assert main([str(rms), "--trace", "--range", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err
+
+
+def test_a_shape_error_from_a_guessed_dim_says_which_and_how_to_set_it(tmp_path, capsys):
+    """A Reshape to a fixed 64 elements fails on the default size 16 for 'seq': fix's float32 check names the dim it
+    guessed and --dim."""
+    x = h.make_tensor_value_info("x", T.FLOAT, [1, "seq"])
+    y = h.make_tensor_value_info("y", T.FLOAT, [1, 64])
+    nodes = [h.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+             h.make_node("Sigmoid", ["r"], ["s"], name="sig"), h.make_node("Log", ["s"], ["y"], name="log")]
+    shape = h.make_tensor("shape", T.INT64, [2], [1, 64])
+    path = save(model(nodes, [x], [y], [shape]), tmp_path / "reshape.onnx")
+    code = main(["fix", str(path), "-o", str(tmp_path / "fixed.onnx")])
+    out = capsys.readouterr().out
+    assert code == 3
+    assert ("float32 check: not run: onnxruntime cannot run the model in float32 to compare it:" in out
+            and "(precaudit guessed the symbolic dims seq=16: set them with --dim NAME=SIZE)" in out)
+    assert main(["fix", str(path), "-o", str(tmp_path / "fixed2.onnx"), "--dim", "seq=64"]) == 3
+    assert "float32 check (onnxruntime, 1 synthesized sample (seed 0))" in capsys.readouterr().out

@@ -94,8 +94,12 @@ class DtypeResolver:
     """
 
     def __init__(self, graph: Graph, target: Format, keep_fp32: list[str] | tuple[str, ...] = (),
-                 converter: str | Converter | None = None, keep_nodes: tuple[Node, ...] | list[Node] = ()):
+                 converter: str | Converter | None = None, keep_nodes: tuple[Node, ...] | list[Node] = (),
+                 keep_io: bool = False):
         self.graph = graph
+        # the converter keeps the graph's float inputs and outputs float32 (keep_io_types=True): an input only kept
+        # nodes read reaches them unrounded (a keep-list under test sets it)
+        self.keep_io = keep_io
         self.target = target
         self.keep_fp32 = list(keep_fp32)
         self.converted = target.name not in ("fp32", "fp64") and graph.converted_to is None and _converted(graph, target)

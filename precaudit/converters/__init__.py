@@ -165,9 +165,13 @@ class KeepArgs:
     large: bool = False  # over 2 GB with its external data: protobuf cannot hold it in one piece
     modules: list[str] = field(default_factory=list)  # PyTorch: module paths
     fx_nodes: list[str] = field(default_factory=list)  # PyTorch: torch.export (FX) node names
+    keep_io: bool = False  # graph inputs and outputs stay float32 (keep_io_types=True): their range needs it
+    out_path: str | None = None  # where the snippet saves, when not next to the model (keep-list's own run)
 
     @property
     def out(self) -> str:
+        if self.out_path is not None:
+            return self.out_path
         stem = self.model[:-5] if self.model.endswith(".onnx") else self.model
         return f"{stem}.{self.dtype}.onnx"
 

@@ -183,6 +183,8 @@ def paste(args: KeepArgs) -> str:
     if args.op_types:
         cli += ["--op_types_to_exclude", *args.op_types]
     cli += ["--data_max", "inf"]
+    if args.keep_io:
+        cli.append("--keep_io_types")
     lines = ["# --data_max inf keeps only these nodes (as verified); without it AutoCast also keeps every node whose",
              "# inputs or outputs pass 512 on its calibration data (random inputs when none is given)"]
     lines = [*pre, *lines]
@@ -196,6 +198,7 @@ def paste(args: KeepArgs) -> str:
               f"    nodes_to_exclude={regexes!r},",
               f"    op_types_to_exclude={list(args.op_types)!r},",
               "    data_max=float('inf'),",
+              *(["    keep_io_types=True,"] if args.keep_io else []),
               ")",
               args.save()]
     return "\n".join(lines)

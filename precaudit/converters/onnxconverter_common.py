@@ -52,6 +52,8 @@ def paste(args: KeepArgs) -> str:
              "    model,",
              f"    op_block_list=float16.DEFAULT_OP_BLOCK_LIST + {ops},  # a list of your own replaces the default",
              f"    node_block_list={py_list(args.nodes)},"]
+    if args.keep_io:
+        lines.append("    keep_io_types=True,  # the graph inputs' range needs float32 (their readers are kept too)")
     if args.large:
         lines.append("    disable_shape_infer=True,  # onnx.shape_inference cannot take a model over 2 GB")
     lines += [")", args.save()]

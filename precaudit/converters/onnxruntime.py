@@ -71,7 +71,9 @@ def paste(args: KeepArgs) -> str:
              *args.naming(),
              "onnx_model = OnnxModel(model)",
              "onnx_model.convert_float_to_float16(",
-             "    keep_io_types=False,  # OnnxModel's default (True) keeps float32 graph inputs and outputs",
+             ("    keep_io_types=True,  # the graph inputs' range needs float32 (their readers are kept too)"
+              if args.keep_io else
+              "    keep_io_types=False,  # OnnxModel's default (True) keeps float32 graph inputs and outputs"),
              *kwargs,
              ")",
              f"onnx_model.save_model_to_file({args.out!r}"
@@ -86,6 +88,8 @@ def paste_olive(args: KeepArgs) -> str:
     import json
 
     config: dict = {"type": "OnnxFloatToFloat16", "node_block_list": args.nodes}
+    if args.keep_io:
+        config["keep_io_types"] = True
     if args.op_types:
         config["op_block_list"] = [*DEFAULT_OP_BLOCK_LIST, *args.op_types]
     if args.large:

@@ -74,19 +74,22 @@ def stored_narrow(model: onnx.ModelProto) -> bool:
 
 
 def compare(original: onnx.ModelProto, original_path: str, fixed: onnx.ModelProto, fixed_path: str,
-            graph: Graph, fixed_graph: Graph, batches: list[dict[str, np.ndarray]], repairs: list[Repair]) -> Comparison:
-    """Run both models in float32 on every batch; fill each repair's difference, bound and verdict. Both protos are
-    the caller's to give away: they are changed in place (outputs added; widened when stored narrow).
+            graph: Graph, fixed_graph: Graph, batches: list[dict[str, np.ndarray]], repairs: list[Repair],
+            hint: str = "") -> Comparison:
+    """Run both models in float32 on every batch; fill each repair's difference, bound and verdict, and what it
+    alone changes in the graph outputs (the gate). Both protos are the caller's to give away: they are changed in
+    place (outputs added; widened when stored narrow). hint is added to an onnxruntime error (the dims guessed).
 
-    Each repair is checked on its own: its new and changed nodes (and the nodes between them and the value it is
-    compared at) are copied into the original, where they read the original's values; so a repair downstream of
-    another is judged by what it does, not by what the first one changed upstream. The graph outputs are compared
-    between the whole fixed model and the original.
+    Each repair is checked on its own: its new and changed nodes, and every node downstream of them, are copied
+    into the original, where they read the original's values; so a repair downstream of another is judged by what
+    it does, not by what the first one changed upstream, and its copies of the graph outputs are the outputs of
+    the original with this repair alone. The graph outputs are also compared between the whole fixed model and the
+    original.
     """
     widen = stored_narrow(original)
     outputs = [v.name for v in graph.outputs if v.name in {o.name for o in fixed_graph.outputs}]
-    checked, copies = _isolated(original, fixed, repairs)
-    wanted_orig = {*outputs, *copies.values()}
+    checked, copies = _isolated(original, fixed, repairs, set(outputs))
+    wanted_orig = {*outputs, *(c for iso in copies.values() for c in iso.names())}
     wanted_fixed = {*outputs}
     for i, r in enumerate(repairs):
         c = r.check
@@ -94,24 +97,32 @@ def compare(original: onnx.ModelProto, original_path: str, fixed: onnx.ModelProt
             wanted_orig.add(c.value)
             if c.stat:
                 wanted_orig.add(c.stat)
-            if i not in copies:
+            if i not in copies or copies[i].value is None:
                 wanted_fixed.add(c.value)
     types = {v.name: v.dtype for n in graph.nodes if not n.subgraph_path for v in n.outputs if v.name}
     types.update({v.name: v.dtype for n in fixed_graph.nodes if not n.subgraph_path for v in n.outputs if v.name})
-    for i, name in copies.items():
-        types[name] = types.get(repairs[i].check.value)
+    types.update({v.name: v.dtype for v in graph.outputs})
+    for i, iso in copies.items():
+        if iso.value is not None:
+            types[iso.value] = types.get(repairs[i].check.value)
+        for out, copy in iso.outputs.items():
+            types[copy] = types.get(out)
     inputs = {v.name for v in graph.inputs}
     feeds = [_feeds(f, widen) for f in batches]
     # one session at a time: onnxruntime holds the weights it reads, and two models' would be twice that
-    run = _session(checked, original_path, types, inputs, wanted_orig, widen)
+    run = _session(checked, original_path, types, inputs, wanted_orig, widen, hint)
     orig_runs = [{**ins, **run(ins)} for ins in feeds]
     del run, checked
-    run = _session(fixed, fixed_path, types, inputs, wanted_fixed, widen)
+    run = _session(fixed, fixed_path, types, inputs, wanted_fixed, widen, hint)
     fixed_runs = [{**ins, **run(ins)} for ins in feeds]
     del run
+    result = Comparison(widen)
+    for name in outputs:
+        result.outputs.append(_output_diff(name, orig_runs, fixed_runs))
     for i, r in enumerate(repairs):
-        if i in copies:
-            _evaluate(r, orig_runs, [{r.check.value: o.get(copies[i])} for o in orig_runs])
+        iso = copies.get(i)
+        if iso is not None and iso.value is not None:
+            _evaluate(r, orig_runs, [{r.check.value: o.get(iso.value)} for o in orig_runs])
             if r.check.kind == "ratio" and r.difference is not None and r.difference > 0.01:
                 r.notes.append(f"some rows change by {r.difference:.2g}: their variance is near the new eps; where "
                                "that matters keep this norm in float32 instead (precaudit keep-list)")
@@ -120,59 +131,78 @@ def compare(original: onnx.ModelProto, original_path: str, fixed: onnx.ModelProt
             if r.within is not None:
                 r.notes.append("checked in the whole fixed model (its nodes could not be copied into the original "
                                "alone): the difference includes what repairs before it changed")
-    result = Comparison(widen)
-    for name in outputs:
-        result.outputs.append(_output_diff(name, orig_runs, fixed_runs))
+        if iso is not None:
+            diffs = [_output_diff(out, orig_runs, [{out: o[copy]} for o in orig_runs])
+                     for out, copy in iso.outputs.items() if all(copy in o for o in orig_runs)]
+            _gate_measure(r, diffs)
+        else:  # not separable: what the whole fixed model changes is the most this repair can change
+            r.output_whole = True
+            _gate_measure(r, result.outputs)
     return result
+
+
+def _gate_measure(repair: Repair, diffs: list[OutputDiff]) -> None:
+    worst = max(diffs, key=lambda d: d.relative, default=None)
+    repair.output_change = worst.relative if worst is not None else 0.0
+    repair.output_name = worst.name if worst is not None and worst.relative > 0 else None
+    repair.output_made_finite = sum(max(0, d.nonfinite_before - d.nonfinite_after) for d in diffs)
+    repair.output_newly_bad = sum(max(0, d.nonfinite_after - d.nonfinite_before) for d in diffs)
 
 
 _SUFFIX = "::precaudit_check"
 
 
-def _isolated(original: onnx.ModelProto, fixed: onnx.ModelProto,
-              repairs: list[Repair]) -> tuple[onnx.ModelProto, dict[int, str]]:
-    """The original with, per repair, a copy of the fixed model's nodes from what the repair changed to the value
-    it is compared at (top graph only), reading the original's values for everything else. Returns the model and,
-    per repair index, the name of its compared value's copy."""
+@dataclass
+class _Isolation:
+    """One repair copied into the original: its compared value's copy, and each graph output's copy."""
+
+    value: str | None
+    outputs: dict[str, str]
+
+    def names(self) -> list[str]:
+        return [*([self.value] if self.value else []), *self.outputs.values()]
+
+
+def _isolated(original: onnx.ModelProto, fixed: onnx.ModelProto, repairs: list[Repair],
+              graph_outputs: set[str]) -> tuple[onnx.ModelProto, dict[int, _Isolation]]:
+    """The original with, per repair, a copy of the fixed model's nodes from what the repair changed onward (top
+    graph only), reading the original's values for everything else. Returns the model and, per repair index it
+    could copy, the names of the copies of its compared value and of the graph outputs it reaches."""
     check = original  # the caller's own copy: changed in place
     g = check.graph
     known = {text(i.name) for i in g.input} | {text(i.name) for i in g.initializer} | {""}
     known |= {text(o) for n in g.node for o in n.output}
     fixed_nodes = list(fixed.graph.node)
-    producer = {text(o): k for k, n in enumerate(fixed_nodes) for o in n.output if o}
     fixed_inits = {text(t.name): t for t in fixed.graph.initializer}
-    # a node another repair changed is copied as the original has it: each repair is judged by its own change (a
-    # mask fill every layer reads reaches the next layer's softmax through that layer's raised eps)
+    # a node another repair changed is copied as the original has it, and a node another repair added is left
+    # out: each repair is judged by its own change (a mask fill every layer reads reaches the next layer's softmax
+    # through that layer's raised eps)
     original_nodes = {text(n.name): n for n in g.node if n.name}
-    copies: dict[int, str] = {}
+    copies: dict[int, _Isolation] = {}
     for i, r in enumerate(repairs):
-        value = r.check.value
-        if r.check.kind == "none" or not value or value not in producer:
+        mine_nodes, mine_values = set(r.nodes), set(r.changed)
+        if not mine_values:
             continue
-        others = {name for j, o in enumerate(repairs) if j != i for name in o.nodes} - set(r.nodes)
-        changed = set(r.changed)
-        descend, region = set(changed), []
-        for k, n in enumerate(fixed_nodes):  # forward: everything the repair's values reach
-            if any(text(o) in changed for o in n.output) or any(text(x) in descend for x in n.input):
-                descend.update(text(o) for o in n.output)
-                region.append(k)
-        ancestors, stack = set(), [producer[value]]
-        while stack:  # backward: what the compared value needs
-            k = stack.pop()
-            if k in ancestors:
-                continue
-            ancestors.add(k)
-            stack.extend(producer[text(x)] for x in fixed_nodes[k].input if text(x) in producer)
-        region = [k for k in region if k in ancestors]
-        if producer[value] not in region:
-            continue
-        made = {text(o) for k in region for o in fixed_nodes[k].output}
+        others = {name for j, o in enumerate(repairs) if j != i for name in o.nodes} - mine_nodes
+        other_values = {v for j, o in enumerate(repairs) if j != i for v in o.changed} - mine_values
+        descend, region = set(mine_values), []
+        for n in fixed_nodes:  # forward, in graph order: everything the repair's values reach
+            name = text(n.name)
+            outs = [text(o) for o in n.output]
+            reads_mine = any(text(x) in mine_values for x in n.input) or any(o in mine_values for o in outs)
+            if name in others or (not reads_mine and any(text(x) in other_values for x in n.input)):
+                if name not in original_nodes:
+                    continue  # another repair's own node: not in this repair's model
+                n = original_nodes[name]
+            if any(text(x) in descend for x in n.input) or any(text(o) in mine_values for o in n.output):
+                descend.update(text(o) for o in n.output if o)
+                region.append(n)
         tag = f"{_SUFFIX}{i}"
+        made = {text(o) for n in region for o in n.output if o}
         new_nodes, new_inits, ok = [], {}, True
-        for k in region:
+        for source in region:
             node = onnx.NodeProto()
-            name = text(fixed_nodes[k].name)
-            node.CopyFrom(original_nodes[name] if name in others and name in original_nodes else fixed_nodes[k])
+            node.CopyFrom(source)
             for j, x in enumerate(node.input):
                 x = text(x)
                 if x in made:
@@ -188,7 +218,7 @@ def _isolated(original: onnx.ModelProto, fixed: onnx.ModelProto,
                     node.output[j] = text(o) + tag
             node.name = text(node.name) + tag
             new_nodes.append(node)
-        if not ok or any(n.op_type in ("If", "Loop", "Scan") for n in new_nodes):
+        if not ok or not new_nodes or any(n.op_type in ("If", "Loop", "Scan") for n in new_nodes):
             continue
         for name, renamed in new_inits.items():
             tensor = onnx.TensorProto()
@@ -196,7 +226,9 @@ def _isolated(original: onnx.ModelProto, fixed: onnx.ModelProto,
             tensor.name = renamed
             g.initializer.append(tensor)
         g.node.extend(new_nodes)
-        copies[i] = value + tag
+        value = r.check.value if r.check.kind != "none" and r.check.value in made else None
+        copies[i] = _Isolation(value + tag if value else None,
+                               {out: out + tag for out in sorted(graph_outputs & made)})
     return check, copies
 
 
@@ -211,7 +243,7 @@ def _feeds(feeds: dict[str, np.ndarray], widen: bool) -> dict[str, np.ndarray]:
 
 
 def _session(model: onnx.ModelProto, path: str, types: dict[str, str | None], inputs: set[str], wanted: set[str],
-             widen: bool):
+             widen: bool, hint: str = ""):
     """A function feeds → {name: array} for the wanted values (graph outputs, values made by top-level nodes).
     The model (the caller's own copy) gains those outputs in place."""
     try:
@@ -230,9 +262,9 @@ def _session(model: onnx.ModelProto, path: str, types: dict[str, str | None], in
         if name in inputs or name not in made and name not in present:
             continue
         if name not in present:
-            elem = ELEM_OF.get(types.get(name) or "", 0)
+            elem = ELEM_OF.get(types.get(name) or "", 0) or _elem_of_numpy(types.get(name))
             if not elem:
-                continue  # not a float value: that repair is reported, not compared
+                continue  # a value of unknown type: that repair is reported, not compared
             if widen and elem in _NARROW:
                 elem = T.FLOAT
             m.graph.output.append(onnx.helper.make_tensor_value_info(name, elem, None))
@@ -255,9 +287,18 @@ def _session(model: onnx.ModelProto, path: str, types: dict[str, str | None], in
             got = session.run(fetch, {k: v for k, v in feeds.items() if k in names})
         except Exception as exc:
             first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-            raise InputError(path, f"onnxruntime cannot run the model in float32 to compare it: {first}") from None
+            raise InputError(path, f"onnxruntime cannot run the model in float32 to compare it: {first}{hint}") \
+                from None
         return dict(zip(fetch, got))
     return run
+
+
+def _elem_of_numpy(dtype: str | None) -> int:
+    """The ONNX element type of a non-float IR dtype name (int64, bool, ...), or 0."""
+    try:
+        return int(onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))) if dtype else 0
+    except (TypeError, ValueError, KeyError):
+        return 0
 
 
 def _widen(model: onnx.ModelProto, path: str, folder: Path) -> None:

@@ -13,13 +13,14 @@ __all__ = ["fix_report"]
 
 
 def fix_report(model: str, given: dict, output: str | None, dry_run: bool, min_eps: float | None,
-               inputs: TraceOptions, trace: bool, output_format: str) -> tuple[str, int]:
+               inputs: TraceOptions, trace: bool, output_format: str, tolerance: float = 1e-3,
+               data_floor: str = "keep") -> tuple[str, int]:
     """The report text and the exit code. given holds the flags the user typed (dtype, keep_fp32, rules, select,
     ignore, converter), over the pyproject."""
     from ..rules.loader import load_rules
     from ..selection import active_rules, drop_ignored
     from .render import render_json, render_text
-    from .run import run_fix
+    from .run import FixOptions, run_fix
 
     settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
     try:
@@ -37,6 +38,9 @@ def fix_report(model: str, given: dict, output: str | None, dry_run: bool, min_e
             raise InputError(None, f"--min-eps {min_eps:g}: choose a value from {target.smallest_normal:.4g} (the "
                                    f"smallest normal {target.long_name}) to 1e-3 (larger eps dominate ordinary "
                                    "variances)")
+    if not 0 < tolerance < float("inf"):
+        raise InputError(None, f"--tolerance must be a positive number, got {tolerance}")
+    _check_floor(data_floor, target)
     all_rules = load_rules(settings.rules)
     rules = active_rules(all_rules, settings.select, settings.ignore, settings.preview)
     by_id = {r.id: r for r in rules}
@@ -45,7 +49,21 @@ def fix_report(model: str, given: dict, output: str | None, dry_run: bool, min_e
         return drop_ignored(findings, by_id, settings.per_model_ignores, settings.per_node_ignores,
                             settings.project_root)
 
-    result = run_fix(model, output, target, rules, settings.keep_fp32, settings.converter, min_eps, dry_run,
+    options = FixOptions(min_eps, data_floor, tolerance)
+    result = run_fix(model, output, target, rules, settings.keep_fp32, settings.converter, options, dry_run,
                      inputs, trace, keep)
     text = render_json(result) if output_format == "json" else render_text(result)
     return text, result.exit_code
+
+
+def _check_floor(data_floor: str, target) -> None:
+    """--data-floor: keep, subnormal, normal, or a number the target holds as a normal or subnormal value."""
+    if data_floor in ("keep", "subnormal", "normal"):
+        return
+    try:
+        value = float(data_floor)
+    except ValueError:
+        raise InputError(None, f"--data-floor {data_floor!r}: choose keep, subnormal, normal or a number") from None
+    if not math.isfinite(value) or value < target.smallest_subnormal or value > 1e-3:
+        raise InputError(None, f"--data-floor {data_floor}: choose a value from {target.smallest_subnormal:.4g} (the "
+                               f"smallest subnormal {target.long_name}) to 1e-3")

@@ -1,19 +1,26 @@
 """Guards for an unguarded Log, Sqrt, Div or Reciprocal (PA301-PA304), where a clamp is the documented fix.
 
-The guarded input becomes Max(x, c), c the smallest normal number of the compute dtype (or --min-eps; 0 for a
-Sqrt, which needs no more than non-negative): a new Max node and a new scalar initializer, in the dtype the model
-stores x. Where x already comes from a Max or Clip of a constant that is 0.0 or subnormal there (a clamp(min=1e-12)
-in float16), that constant is replaced instead. A signed divisor is left alone: clamping it would change the sign
-of every negative value."""
+The guarded input becomes Max(x, c), c the smallest normal number of the compute dtype (or --min-eps, or
+--data-floor; 0 for a Sqrt, which needs no more than non-negative): a new Max node and a new scalar initializer, in
+the dtype the model stores x. A signed divisor is left alone: clamping it would change the sign of every negative
+value.
+
+Where x already comes from a Max or Clip of a constant that is 0.0 or subnormal there (a clamp(min=1e-12) before
+the Log of a power spectrum), that floor is the author's, on data: raising it to 6.1e-5 moves every quiet frame from
+-120 dB to -42 dB, in float32 too. So by default (--data-floor keep) it is left, with the nodes to keep in float32
+instead, which changes nothing in float32; --data-floor subnormal|normal|V raises it, and the float32 gate
+(--tolerance, on the user's inputs) decides whether that is written."""
 
 from __future__ import annotations
+
+import math
 
 from ..analysis.constants import resolve_scalar
 from ..dtypes import round_to_format
 from ..escape import printable
 from ..ir import Node
 from .common import float_dtype, scalar_input, stored_array
-from .plan import Check, Context, Group, Repair
+from .plan import Check, Context, Group, Left, Repair
 
 __all__ = ["guard"]
 
@@ -24,7 +31,7 @@ def _fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
-def guard(ctx: Context, group: Group, rule_ids: list[str]) -> Repair | str:
+def guard(ctx: Context, group: Group, rule_ids: list[str]) -> Repair | Left | str:
     node = group.node
     site = group.site("log", "sqrt", "div", "reciprocal")
     facts = site.facts if site is not None else {}
@@ -36,14 +43,24 @@ def guard(ctx: Context, group: Group, rule_ids: list[str]) -> Repair | str:
         return ("the divisor can be negative: a clamp would change the sign of every negative value; guard it by hand "
                 "(x / where(|d| < eps, eps·sign(d), d))")
     value = node.inputs[index]
-    # a clamp at 0 is all a square root needs; a log or a divisor needs a normal number
-    floor = 0.0 if node.op_type == "Sqrt" else max(float(facts.get("fmt_smallest_normal") or 0.0), ctx.min_eps or 0.0)
     fmt_name = facts.get("compute_dtype", "")
     edit = ctx.edit
     existing = _existing_guard(ctx, value, facts) if node.op_type != "Sqrt" else None
+    # a clamp at 0 is all a square root needs; a log or a divisor needs a normal number, or the --data-floor asked
+    normal = float(facts.get("fmt_smallest_normal") or 0.0)
+    floor = 0.0 if node.op_type == "Sqrt" else _floor(ctx, normal, existing is not None)
     compared = None if node.subgraph_path else node.outputs[0].name
+    if existing is not None and floor is None:
+        guard_node, _, old = existing
+        return Left(f"{guard_node.op_type} '{printable(guard_node.name)}' clamps the data at {_fmt(old)} "
+                    f"({_meaning(node.op_type, old)}), {_class(old, facts)} in {fmt_name}: raising that floor changes "
+                    f"what the model computes wherever the data is below it, in float32 too (to the smallest normal "
+                    f"{_fmt(normal)}: {_meaning(node.op_type, normal)}); keep these nodes in float32 instead, or pass "
+                    f"--data-floor subnormal|normal|V to raise it, checked against --tolerance on your --inputs",
+                    [guard_node.name, node.name])
+    assert floor is not None  # only a clamp already on the data is kept as it is
     words = (f"exact wherever the guarded value is at least {_fmt(floor)}; below it the clamp's value is used "
-             f"(log, 1/x or sqrt of {_fmt(floor)} instead of -inf, inf or NaN)")
+             f"({_meaning(node.op_type, floor)} instead of -inf, inf or NaN)")
     if existing is not None:
         guard_node, c_index, old = existing
         name = edit.unique(f"{guard_node.name}/precaudit_guard")
@@ -59,9 +76,10 @@ def guard(ctx: Context, group: Group, rule_ids: list[str]) -> Repair | str:
         check = Check("guard", value=compared, stat=stat.name if stat is not None else None, threshold=floor) \
             if compared else Check("none")
         return Repair("guard-raise", node, rule_ids,
-                      f"{guard_node.op_type} '{printable(guard_node.name)}' clamps at {_fmt(old)}, "
-                      f"{_class(old, facts)} in {fmt_name}",
-                      f"clamps at {_fmt(floor)} (new {edit.constant_word} '{printable(name)}')", words, check, apply_raise,
+                      f"{guard_node.op_type} '{printable(guard_node.name)}' clamps at {_fmt(old)} "
+                      f"({_meaning(node.op_type, old)}), {_class(old, facts)} in {fmt_name}",
+                      f"clamps at {_fmt(floor)} ({_meaning(node.op_type, floor)}; new {edit.constant_word} "
+                      f"'{printable(name)}')", words, check, apply_raise,
                       nodes=[guard_node.name], changed=[name])
     clamp = edit.unique(f"{node.name}/precaudit_floor")
     out = edit.unique(f"{value.name}/precaudit_guarded")
@@ -81,6 +99,31 @@ def guard(ctx: Context, group: Group, rule_ids: list[str]) -> Repair | str:
                   f"{form.format(f'max(x, {_fmt(floor)})')} (new Max '{printable(maxnode.name)}')", words, check,
                   apply, nodes=[maxnode.name],
                   changed=[clamp, out])
+
+
+def _floor(ctx: Context, normal: float, on_data: bool) -> float | None:
+    """The floor to write: --data-floor's, else --min-eps or the smallest normal; None where a clamp already on
+    the data is to be kept as it is (--data-floor keep)."""
+    choice = ctx.data_floor
+    if choice == "normal":
+        return max(normal, ctx.min_eps or 0.0)
+    if choice == "subnormal":
+        return ctx.target.smallest_subnormal
+    if choice != "keep":
+        return float(choice)
+    return None if on_data else max(normal, ctx.min_eps or 0.0)
+
+
+def _meaning(op: str, floor: float) -> str:
+    """What a floor means where it is read: in decibels of a power before a Log, as the largest 1/x before a
+    division, as sqrt before a root."""
+    if floor <= 0:
+        return {"Log": "log of 0 is -inf", "Sqrt": "sqrt(0) = 0"}.get(op, "1/0 is inf")
+    if op == "Log":
+        return f"log {math.log(floor):.3g}, {10 * math.log10(floor):.1f} dB as a power"
+    if op == "Sqrt":
+        return f"sqrt {math.sqrt(floor):.3g}"
+    return f"1/x at most {1 / floor:.3g}"
 
 
 def _class(value: float, facts: dict) -> str:

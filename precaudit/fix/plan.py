@@ -17,7 +17,7 @@ from ..keeplist.chains import NormChains
 from ..rules.loader import Rule
 from .model import Editable
 
-__all__ = ["EXACT", "Check", "Repair", "Skipped", "Plan", "Context", "Group"]
+__all__ = ["EXACT", "Check", "Repair", "Skipped", "Left", "Plan", "Context", "Group"]
 
 # "Exact" in float32: the same function computed in another order (LogSoftmax against Log(Softmax), the max shift),
 # or the same ops where a Cast is now a no-op. Relative to the compared value's largest |x|.
@@ -69,6 +69,14 @@ class Repair:
     made_finite: int = 0  # elements inf/NaN in the original and finite in the fixed model
     within: bool | None = None
     still_flagged: list[str] = field(default_factory=list)  # rule ids the re-audit still finds at the node
+    # the gate: what this repair alone changes in the model's float32 outputs, on the checked inputs
+    output_change: float | None = None  # largest |changed - original| over the output's largest |value|
+    output_name: str | None = None  # the graph output where that is
+    output_made_finite: int = 0  # output elements inf/NaN in the original, finite with the repair
+    output_newly_bad: int = 0  # output elements finite in the original, inf/NaN with the repair
+    output_whole: bool = False  # measured in the whole fixed model (its nodes could not be copied out alone)
+    withheld: str | None = None  # why this repair is not in the written model
+    keep_instead: list[str] = field(default_factory=list)  # the nodes to keep in float32 instead: no float32 change
 
     @property
     def rule_text(self) -> str:
@@ -84,6 +92,14 @@ class Skipped:
     node: Node
     reason: str
     keep_fp32: list[str] = field(default_factory=list)  # the nodes to keep in float32 instead, when that is the fix
+
+
+@dataclass
+class Left:
+    """A repair module's answer where the right change is not to the model: why, and the nodes to keep in float32."""
+
+    reason: str
+    keep_fp32: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -119,6 +135,7 @@ class Context:
     target: Format
     chains: NormChains
     min_eps: float | None = None
+    data_floor: str = "keep"  # a clamp on data whose floor is 0.0 there: keep (float32) | subnormal | normal | V
 
     def dtype_of(self, value: Value | None) -> str | None:
         return value.dtype if value is not None else None

@@ -15,7 +15,7 @@ from ..rules.loader import Rule
 from .eps import norm_repairs
 from .guards import guard
 from .masks import mask_fill
-from .plan import Context, Group, Plan, Repair, Skipped
+from .plan import Context, Group, Left, Plan, Repair, Skipped
 from .softmax import log_sigmoid, log_softmax, logsumexp_shift, max_shift
 
 __all__ = ["audit_pairs", "plan_repairs", "REPAIRED_RULES"]
@@ -109,8 +109,10 @@ def _plan_group(ctx: Context, group: Group, plan: Plan) -> None:
             plan.skipped.append(Skipped(rule.id, rule.name, node, f"fix has no repair for {rule.id}"))
 
 
-def _record(plan: Plan, group: Group, made: Repair | str) -> None:
+def _record(plan: Plan, group: Group, made: Repair | Left | str) -> None:
     if isinstance(made, Repair):
         plan.repairs.append(made)
+    elif isinstance(made, Left):
+        plan.skipped += [Skipped(r.id, r.name, group.node, made.reason, made.keep_fp32) for r, _ in group.pairs]
     else:
         plan.skipped += [Skipped(r.id, r.name, group.node, made) for r, _ in group.pairs]

@@ -36,22 +36,18 @@ def render_text(result: FixResult) -> str:
         head += f" → {p(result.output or '')}  (--dtype {result.target.name})"
     lines = [head]
     plan = result.plan
-    if not plan.repairs and not plan.skipped:
+    if not plan.repairs and not plan.skipped and not result.withheld:
         lines.append("  nothing to repair: the audit finds nothing here")
     for r in plan.repairs:
         lines.append(f"  repair  {r.kind}  node '{p(r.node.name)}' ({p(r.node.op_type)})  {r.rule_text}")
-        lines.append(f"          before: {p(r.before)}")
-        lines.append(f"          after:  {p(r.after)}")
-        lines.append(f"          tolerance in float32: {p(r.tolerance)}")
-        if r.within is not None:
-            verdict = "within" if r.within else "BEYOND"
-            extra = f"; {r.clamped} element{'s' * (r.clamped != 1)} clamped" if r.clamped else ""
-            extra += f"; {r.made_finite} inf/NaN element{'s' * (r.made_finite != 1)} now finite" if r.made_finite else ""
-            lines.append(f"          measured: {_g(r.difference)} relative, {verdict} its bound {_g(r.bound)}{extra}")
-        for note in r.notes:
-            lines.append(f"          note: {p(note)}")
-        if r.still_flagged:
-            lines.append(f"          the re-audit still finds {', '.join(r.still_flagged)} here")
+        lines += _repair_body(r, result)
+    for r in result.withheld:
+        lines.append(f"  withheld {r.kind}  node '{p(r.node.name)}' ({p(r.node.op_type)})  {r.rule_text}: "
+                     f"{p(r.withheld or '')}; not in the written model")
+        lines += _repair_body(r, result)
+        if r.keep_instead:
+            lines.append(f"          instead, keep in float32 (no float32 change at all): {_names(r.keep_instead)} "
+                         "(precaudit keep-list MODEL --for CONVERTER)")
     for s in plan.skipped:
         lines.append(f"  left    {s.rule_id} {p(s.rule_name)}  node '{p(s.node.name)}' ({p(s.node.op_type)}): {p(s.reason)}")
         if s.keep_fp32:
@@ -82,19 +78,48 @@ def render_text(result: FixResult) -> str:
                      f"{len(result.before)} findings; {len(plan.skipped)} left")
     if result.trace is not None:
         lines += _trace_table(result)
+    if result.source is not None and result.source.synthesized and (plan.repairs or result.withheld):
+        lines.append(f"  NOT CHECKED ON YOUR DATA: the float32 check ran on {p(result.source.describe())}, which says "
+                     "nothing about the inputs your model sees (quiet audio, padding, real images); give them with "
+                     "--inputs FILE.npz (exit 3 until then)")
     if result.written:
         where = ""
         if result.external:
             files = ", ".join(f"'{p(f)}'" for f in result.external)
             where = f" (external data: reads {files} in place; nothing copied, the data files unchanged)"
         lines.append(f"  wrote {p(result.output or '')}{where}")
-    elif not result.dry_run and not plan.repairs and plan.skipped:
+    elif not result.dry_run and not plan.repairs and (plan.skipped or result.withheld):
         lines.append("  nothing repaired: no model written")
     elif not result.dry_run and plan.repairs:
         for problem in result.problems:
             lines.append(f"  problem: {p(problem)}")
         lines.append("  the fixed model was NOT written")
     return "\n".join(lines) + "\n"
+
+
+def _repair_body(r, result: FixResult) -> list[str]:
+    p = printable
+    lines = [f"          before: {p(r.before)}", f"          after:  {p(r.after)}",
+             f"          tolerance in float32: {p(r.tolerance)}"]
+    if r.within is not None:
+        verdict = "within" if r.within else "BEYOND"
+        extra = f"; {r.clamped} element{'s' * (r.clamped != 1)} clamped" if r.clamped else ""
+        extra += f"; {r.made_finite} inf/NaN element{'s' * (r.made_finite != 1)} now finite" if r.made_finite else ""
+        lines.append(f"          measured: {_g(r.difference)} relative, {verdict} its bound {_g(r.bound)}{extra}")
+    if r.output_change is not None:
+        at = f" at '{p(r.output_name)}'" if r.output_name else ""
+        alone = " (in the whole fixed model: not separable)" if r.output_whole else " (this repair alone)"
+        verdict = "within" if r.output_change <= result.tolerance and not r.output_newly_bad else "BEYOND"
+        finite = f"; {r.output_made_finite} output inf/NaN now finite" if r.output_made_finite else ""
+        lines.append(f"          float32 outputs change: {_g(r.output_change)} relative{at}{alone}, {verdict} "
+                     f"--tolerance {result.tolerance:g}{finite}")
+    if r.keep_instead and not r.withheld:
+        lines.append(f"          or instead keep in float32 (no float32 change): {_names(r.keep_instead)}")
+    for note in r.notes:
+        lines.append(f"          note: {p(note)}")
+    if r.still_flagged and not r.withheld:
+        lines.append(f"          the re-audit still finds {', '.join(r.still_flagged)} here")
+    return lines
 
 
 def _trace_table(result: FixResult) -> list[str]:
@@ -135,14 +160,11 @@ def render_json(result: FixResult) -> str:
         "dtype": result.target.name,
         "dry_run": result.dry_run,
         "written": result.written,
-        "repairs": [{
-            "kind": r.kind, "node": r.node.name, "op": r.node.op_type, "rules": r.rules, "before": r.before,
-            "after": r.after, "tolerance": r.tolerance, "nodes": r.nodes, "notes": r.notes,
-            "float32": None if r.within is None else {"difference": _num(r.difference), "bound": _num(r.bound),
-                                                      "within": r.within, "clamped": r.clamped,
-                                                      "made_finite": r.made_finite},
-            "still_flagged": r.still_flagged if result.after is not None else None,
-        } for r in plan.repairs],
+        "repairs": [_repair_json(r, result) for r in plan.repairs],
+        "withheld": [{**_repair_json(r, result), "reason": r.withheld} for r in result.withheld],
+        "tolerance": result.tolerance,
+        "verified": result.verified,
+        "inputs": None if result.source is None else result.source.record(),
         "left": [{"rule_id": s.rule_id, "rule_name": s.rule_name, "node": s.node.name, "op": s.node.op_type,
                   "reason": s.reason, "keep_fp32": s.keep_fp32} for s in plan.skipped],
         "notes": plan.notes,
@@ -151,7 +173,8 @@ def render_json(result: FixResult) -> str:
             "remaining": [{"rule_id": f.rule_id, "node": f.node_name} for f in result.after],
             "new": [{"rule_id": f.rule_id, "node": f.node_name} for f in result.new]},
         "float32": None if result.comparison is None else {
-            "inputs": result.inputs, "widened": result.comparison.widened,
+            "inputs": result.inputs, "synthesized": result.source is not None and result.source.synthesized,
+            "widened": result.comparison.widened,
             "outputs": [{"name": d.name, "max_abs_difference": _num(d.max_abs), "relative": _num(d.relative),
                          "nonfinite_before": d.nonfinite_before, "nonfinite_after": d.nonfinite_after,
                          "elements": d.elements} for d in result.comparison.outputs]},
@@ -163,6 +186,21 @@ def render_json(result: FixResult) -> str:
         "problems": result.problems,
     }
     return json.dumps(_encodable(data), indent=2, ensure_ascii=False) + "\n"
+
+
+def _repair_json(r, result: FixResult) -> dict[str, Any]:
+    return {
+        "kind": r.kind, "node": r.node.name, "op": r.node.op_type, "rules": r.rules, "before": r.before,
+        "after": r.after, "tolerance": r.tolerance, "nodes": r.nodes, "notes": r.notes,
+        "float32": None if r.within is None else {"difference": _num(r.difference), "bound": _num(r.bound),
+                                                  "within": r.within, "clamped": r.clamped,
+                                                  "made_finite": r.made_finite},
+        "output_change": None if r.output_change is None else {
+            "relative": _num(r.output_change), "output": r.output_name, "alone": not r.output_whole,
+            "made_finite": r.output_made_finite, "made_nonfinite": r.output_newly_bad},
+        "still_flagged": r.still_flagged if result.after is not None and not r.withheld else None,
+        "keep_fp32_instead": r.keep_instead,
+    }
 
 
 def _encodable(value: Any) -> Any:

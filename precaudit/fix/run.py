@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import onnx
@@ -18,13 +18,17 @@ from ..errors import InputError
 from ..files import check_output
 from ..finding import Finding
 from ..frontends.onnx import load_onnx
+from ..ir import Graph
 from ..keeplist.chains import NormChains
 from ..options import TraceOptions
 from ..rules.loader import Rule
 from .check import Comparison, Emulated, compare, emulated
 from .model import Editable, relocate_external
-from .plan import Context, Plan
+from .plan import Context, Plan, Repair
 from .planner import audit_pairs, plan_repairs
+
+if TYPE_CHECKING:
+    from ..trace.inputs import InputSource
 
 __all__ = ["FixResult", "run_fix"]
 
@@ -41,11 +45,14 @@ class FixResult:
     new: list[Finding] = field(default_factory=list)  # in the fixed model and not in the original
     comparison: Comparison | None = None
     inputs: str = ""
+    source: InputSource | None = None  # where the checks' inputs came from
     trace: tuple[Emulated, Emulated] | None = None
     external: list[str] = field(default_factory=list)  # data files the fixed model reads in place
     written: bool = False
     problems: list[str] = field(default_factory=list)  # why the fixed model was not written
     compare_problem: str | None = None  # why the float32 comparison could not run
+    withheld: list[Repair] = field(default_factory=list)  # measured, and left out of the written model
+    tolerance: float = 1e-3
 
     @property
     def fixed_count(self) -> int:
@@ -55,43 +62,92 @@ class FixResult:
         return sum(1 for f in self.before if (f.rule_id, f.node_name) not in left)
 
     @property
+    def verified(self) -> bool:
+        """The float32 gate ran on the user's inputs (not synthesized ones) and every written repair passed it."""
+        return (self.comparison is not None and self.source is not None and not self.source.synthesized
+                and not self.withheld and not self.problems)
+
+    @property
     def exit_code(self) -> int:
-        return 1 if self.problems else 0
+        """0 written and checked on the user's inputs (or nothing to write); 1 a repair withheld or a check failed;
+        3 written, but its float32 check ran on synthesized inputs only, or could not run."""
+        if self.problems or self.withheld:
+            return 1
+        if self.written and not self.verified:
+            return 3
+        return 0
+
+
+@dataclass
+class FixOptions:
+    """How fix repairs and how it gates: the floors it writes and the float32 change it accepts."""
+
+    min_eps: float | None = None  # --min-eps: raise eps (and new guards) to this instead of the smallest normal
+    data_floor: str = "keep"  # --data-floor for a clamp on data that is 0.0 there: keep | subnormal | normal | V
+    tolerance: float = 1e-3  # --tolerance: the largest float32 change of an output a repair may make (relative)
 
 
 def run_fix(model: str, output: str | None, target: Format, rules: list[Rule], keep_fp32: list[str], converter: str,
-            min_eps: float | None, dry_run: bool, inputs: TraceOptions, trace: bool,
+            options: FixOptions, dry_run: bool, inputs: TraceOptions, trace: bool,
             keep: Callable[[list[Finding]], list[Finding]] | None = None) -> FixResult:
     graph = load_onnx(model)  # notes the model and its external data as read: -o may be neither
     if output is not None:
         check_output(output, what="the fixed model")
     resolver = DtypeResolver(graph, target, keep_fp32, converter)
     triples = audit_pairs(graph, resolver, rules, model, keep)
-    edit = Editable.load(model, graph)
-    ctx = Context(graph, resolver, edit, target, NormChains(graph, resolver), min_eps)
-    plan = plan_repairs(ctx, [(r, s) for r, s, _ in triples])
-    result = FixResult(model, output, target, dry_run, plan, [f for _, _, f in triples])
+    pairs = [(r, s) for r, s, _ in triples]
+    ctx, plan = _planned(model, graph, resolver, target, options, pairs, set())
+    result = FixResult(model, output, target, dry_run, plan, [f for _, _, f in triples], tolerance=options.tolerance)
     if dry_run or not plan.repairs:
         return result
     if output is None:
         raise InputError(None, "fix writes a new model: give -o FIXED.onnx (or --dry-run for the plan only)")
-    pristine = onnx.ModelProto()
-    pristine.CopyFrom(edit.model)
-    for repair in plan.repairs:
-        repair.apply()
-    fixed = edit.apply()
     target_path = Path(output).resolve()
     out_dir = target_path.parent
     if not out_dir.is_dir():
         raise InputError(output, "its folder does not exist")
-    result.external = relocate_external(fixed, Path(model).resolve().parent, out_dir, output)
+    from ..trace.inputs import input_batches
+
+    batches, result.source = input_batches(graph, inputs)
+    result.inputs = result.source.describe()
+    excluded: set[tuple[str, str]] = set()
     tmp = out_dir / f".{target_path.name}.precaudit-{os.getpid()}.tmp"
     try:
-        with open(tmp, "xb") as fh:
-            fh.write(fixed.SerializeToString())
-        _checker(tmp, output, model)
-        _verify(result, ctx, pristine, fixed, str(tmp), target, rules, keep_fp32, converter, inputs, trace, keep)
-        if not result.problems:
+        # each round writes the repairs not yet withheld and measures them; one whose float32 change on these
+        # inputs is beyond the tolerance is withheld and the rest written and measured again (a repair is measured
+        # alone, so the next round confirms this one, but for repairs only the whole model could measure). Each
+        # round withholds at least one repair, so the rounds end.
+        while True:
+            pristine = onnx.ModelProto()
+            pristine.CopyFrom(ctx.edit.model)
+            for repair in plan.repairs:
+                repair.apply()
+            fixed = ctx.edit.apply()
+            result.external = relocate_external(fixed, Path(model).resolve().parent, out_dir, output)
+            if tmp.exists():
+                tmp.unlink()
+            with open(tmp, "xb") as fh:
+                fh.write(fixed.SerializeToString())
+            _checker(tmp, output, model)
+            fixed_graph = _reaudit(result, str(tmp), target, rules, keep_fp32, converter, keep)
+            _compare(result, graph, fixed_graph, pristine, fixed, str(tmp), batches)
+            failed = _gate(plan.repairs, options.tolerance, ctx)
+            if not failed:
+                break
+            result.withheld += failed
+            excluded |= {(r.kind, r.node.name) for r in failed}
+            ctx, plan = _planned(model, graph, resolver, target, options, pairs, excluded)
+            result.plan.repairs = plan.repairs
+            if not plan.repairs:  # nothing left to write: no re-audit, no comparison of a model not written
+                result.after, result.new, result.comparison = None, [], None
+                break
+        _problems(result)
+        for repair in result.plan.repairs:  # the alternative where float32 answers it: the keep, no change at all
+            repair.keep_instead = _keep_instead(ctx, repair)
+        if trace and result.plan.repairs:
+            result.trace = (emulated(graph, target, keep_fp32, converter, batches, inputs.engine),
+                            emulated(fixed_graph, target, keep_fp32, converter, batches, inputs.engine))
+        if not result.problems and result.plan.repairs:
             check_output(output, what="the fixed model")
             os.replace(tmp, target_path)
             result.written = True
@@ -101,6 +157,17 @@ def run_fix(model: str, output: str | None, target: Format, rules: list[Rule], k
         if tmp.exists():
             tmp.unlink()
     return result
+
+
+def _planned(model: str, graph, resolver: DtypeResolver, target: Format, options: FixOptions, pairs,
+             excluded: set[tuple[str, str]]) -> tuple[Context, Plan]:
+    """The plan on a fresh copy of the model, less the repairs withheld so far (planning is deterministic: the
+    same repairs, with the same new names, in the same order)."""
+    edit = Editable.load(model, graph)
+    ctx = Context(graph, resolver, edit, target, NormChains(graph, resolver), options.min_eps, options.data_floor)
+    plan = plan_repairs(ctx, pairs)
+    plan.repairs = [r for r in plan.repairs if (r.kind, r.node.name) not in excluded]
+    return ctx, plan
 
 
 def _checker(path: Path, shown: str, original: str) -> None:
@@ -121,10 +188,9 @@ def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
 
 
-def _verify(result: FixResult, ctx: Context, pristine: onnx.ModelProto, fixed: onnx.ModelProto, tmp: str,
-            target: Format, rules: list[Rule], keep_fp32: list[str], converter: str, options: TraceOptions,
-            trace: bool, keep) -> None:
-    graph = ctx.graph
+def _reaudit(result: FixResult, tmp: str, target: Format, rules: list[Rule], keep_fp32: list[str], converter: str,
+             keep) -> Graph:
+    """The fixed model audited with the same settings: what is fixed, what remains, what is new."""
     fixed_graph = load_onnx(tmp)
     fixed_graph.path = result.output or tmp
     fixed_resolver = DtypeResolver(fixed_graph, target, keep_fp32, converter)
@@ -138,32 +204,79 @@ def _verify(result: FixResult, ctx: Context, pristine: onnx.ModelProto, fixed: o
     result.new = [f for f in result.after if (f.rule_id, f.node_name) not in before]
     for repair in result.plan.repairs:
         repair.still_flagged = [r for r in repair.rules if (r, repair.node.name) in after]
-    batches = _batches(graph, options)
-    result.inputs = (f"inputs from {', '.join(options.inputs)}" if options.inputs else
-                     f"{len(batches)} synthesized sample{'s' * (len(batches) != 1)} (seed {options.seed})")
+    return fixed_graph
+
+
+def _compare(result: FixResult, graph: Graph, fixed_graph: Graph, pristine: onnx.ModelProto,
+             fixed: onnx.ModelProto, tmp: str, batches: list[dict[str, np.ndarray]]) -> None:
+    result.comparison, result.compare_problem = None, None
+    hint = result.source.shape_hint() if result.source is not None else ""
     try:
         result.comparison = compare(pristine, result.model, fixed, tmp, graph, fixed_graph, batches,
-                                    result.plan.repairs)
+                                    result.plan.repairs, hint)
     except InputError as exc:  # a model onnxruntime cannot run (a custom op, an op variant its CPU kernels lack)
         result.compare_problem = exc.problem
-    if trace:
-        result.trace = (emulated(graph, target, keep_fp32, converter, batches, options.engine),
-                        emulated(fixed_graph, target, keep_fp32, converter, batches, options.engine))
+
+
+def _gate(repairs: list[Repair], tolerance: float, ctx: Context) -> list[Repair]:
+    """The repairs to withhold: a float32 output change beyond the tolerance, an output made inf/NaN, or a change
+    beyond the repair's own bound. Those measured alone go first; one measured only in the whole model is judged
+    once every separable failure is out (the whole model's change may have been theirs)."""
+    def failure(r: Repair) -> str | None:
+        if r.output_newly_bad:
+            return f"it makes {r.output_newly_bad} output element{'s' * (r.output_newly_bad != 1)} inf/NaN in float32"
+        if r.within is False:
+            return (f"its float32 change at the value it repairs is {r.difference:.3g}, beyond its own bound "
+                    f"{r.bound:.3g}")
+        if r.output_change is not None and r.output_change > tolerance:
+            at = f" at '{r.output_name}'" if r.output_name else ""
+            whole = " (measured in the whole fixed model)" if r.output_whole else ""
+            return (f"it changes the float32 outputs by {r.output_change:.3g} (relative){at}{whole}, beyond "
+                    f"--tolerance {tolerance:g}")
+        return None
+
+    failed = []
+    for alone in (True, False):
+        for r in repairs:
+            if r.output_whole != alone and (why := failure(r)) is not None:
+                r.withheld = why
+                r.keep_instead = _keep_instead(ctx, r)
+                failed.append(r)
+        if failed:
+            return failed
+    return failed
+
+
+# the repairs of a hazard only the narrow dtype has (an eps or a floor lost there, a fill beyond its range): keeping
+# the node in float32 answers them too. The others (a Log of a Softmax, an eps outside the root, a missing eps) are
+# wrong in every dtype, and float32 does not fix them.
+_KEEP_ANSWERS = ("eps-raise", "guard", "guard-raise", "mask-fill")
+
+
+def _keep_instead(ctx: Context, repair: Repair) -> list[str]:
+    """The keep-list entry that answers the same finding with no float32 change: its norm chain, or the node and
+    the clamp it reads; none where float32 would not answer it."""
+    if repair.kind not in _KEEP_ANSWERS:
+        return []
+    chain = ctx.chains.of(repair.node)
+    if chain:
+        return [n.name for n in chain]
+    nodes = [repair.node]
+    for v in repair.node.inputs:
+        producer = v.producer if v is not None else None
+        while producer is not None and producer.op_type in ("Cast", "Identity"):
+            producer = producer.inputs[0].producer if producer.input(0) is not None else None
+        if producer is not None and producer.op_type in ("Max", "Clip"):
+            nodes.insert(0, producer)
+    return [n.name for n in nodes]
+
+
+def _problems(result: FixResult) -> None:
+    """What keeps the fixed model from being written at all: a repaired finding still there, a new finding."""
     for repair in result.plan.repairs:
-        where = f"{repair.kind} at '{repair.node.name}'"
-        if repair.within is False:
-            result.problems.append(f"{where}: the float32 outputs differ by {repair.difference:.3g}, beyond its "
-                                   f"tolerance {repair.bound:.3g}")
         if repair.still_flagged:
-            result.problems.append(f"{where}: the re-audit still finds {', '.join(repair.still_flagged)} there")
+            result.problems.append(f"{repair.kind} at '{repair.node.name}': the re-audit still finds "
+                                   f"{', '.join(repair.still_flagged)} there")
     for finding in result.new:
         result.problems.append(f"the fixed model has a finding the original had not: {finding.rule_id} at "
                                f"'{finding.node_name}'")
-
-
-def _batches(graph, options: TraceOptions) -> list[dict[str, np.ndarray]]:
-    from ..trace.inputs import load_inputs, synthesize_inputs
-
-    if options.inputs:
-        return [load_inputs(graph, p, options.dims) for p in options.inputs]
-    return [synthesize_inputs(graph, options.dims, options.seed + i) for i in range(max(1, options.samples))]

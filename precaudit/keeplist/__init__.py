@@ -11,7 +11,7 @@ until the outputs are finite and within the tolerance, then drops what is not ne
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -28,6 +28,10 @@ from ..rules.engine import apply_rules
 from ..rules.loader import Rule
 from .chains import NormChains
 from .verify import Verification, verify
+
+if TYPE_CHECKING:
+    from ..trace.inputs import InputSource
+    from .snippet_run import SnippetCheck
 
 __all__ = ["FOR_TARGETS", "Entry", "KeepList", "build_keep_list", "static_findings"]
 
@@ -47,6 +51,7 @@ class Entry:
     nodes: list[Node]
     dropped: bool = False  # traced: the list verified without it
     findings: list[Finding] = field(default_factory=list)  # static: the findings behind it
+    keep_io: bool = False  # traced: the entry also keeps the graph inputs float32 (keep_io_types=True)
 
 
 @dataclass
@@ -62,12 +67,49 @@ class KeepList:
     verification: Verification | None = None
     tolerance: float | None = None
     inputs: str = ""  # what the verification ran on
+    source: InputSource | None = None
+    batches: list = field(default_factory=list, repr=False)  # the verification's inputs, for the snippet's run
+    snippet_check: SnippetCheck | None = None  # the printed snippet, run with the real converter
+    alternative: str = ""  # why the list printed is not the first one found (a converter that cannot keep it)
+
+    @property
+    def verified(self) -> bool:
+        """Emulated within the tolerance, and the snippet's real model too where it ran; no error finding left."""
+        if self.verification is None or self.verification.final is None:
+            return False
+        check = self.snippet_check
+        if self.alternative:  # the list changed after the emulation: the real converter's run is the measure
+            return check is not None and check.ran and check.error is not None and check.within(self.tolerance or 0.0)
+        if not self.verification.final.ok(self.tolerance or 0.0):
+            return False
+        return check is None or not check.ran or check.within(self.tolerance or 0.0)
+
+    @property
+    def exit_code(self) -> int:
+        """0 checked (the snippet ran and, traced, verified on the user's inputs); 1 not verified, or the snippet
+        fails; 3 verified on synthesized inputs only, or the snippet could not be run here."""
+        check = self.snippet_check
+        if check is not None and check.ran and not check.ok:
+            return 1
+        if self.verification is not None:
+            if not self.verified:
+                return 1
+            if self.source is None or self.source.synthesized:
+                return 3
+        if check is None or not check.ran:
+            return 3
+        return 0
 
     @property
     def nodes(self) -> list[Node]:
         """Every kept node, in graph order."""
         ids = {id(n) for e in self.entries if not e.dropped for n in e.nodes}
         return [n for n in self.graph.nodes if id(n) in ids]
+
+    @property
+    def keep_io(self) -> bool:
+        """The converter must keep the graph inputs and outputs float32 (keep_io_types=True)."""
+        return any(e.keep_io and not e.dropped for e in self.entries)
 
     @property
     def pytorch(self) -> bool:
@@ -129,13 +171,14 @@ def build_keep_list(path: str, target: Format, target_for: str, keep_fp32: list[
     result.entries = _static_entries(graph, findings, chains)
     _drop_unfixable(result, rules, weights)
     if trace is not None:
-        batches = _batches(graph, trace)
-        result.inputs = (f"inputs from {', '.join(trace.inputs)}" if trace.inputs else
-                         f"{len(batches)} synthesized sample{'s' * (len(batches) != 1)} (seed {trace.seed})")
+        from ..trace.inputs import input_batches
+        batches, result.source = input_batches(graph, trace)
+        result.batches = batches
+        result.inputs = result.source.describe()
         static = [n for e in result.entries for n in e.nodes]
         check = verify(graph, target, converter, keep_fp32, static, chains, batches, trace.engine, tolerance,
                        max_runs, progress)
-        result.entries += [Entry("traced", [a.reason], a.nodes, a.dropped) for a in check.added]
+        result.entries += [Entry("traced", [a.reason], a.nodes, a.dropped, keep_io=a.keep_io) for a in check.added]
         result.verification, result.tolerance = check, tolerance
     return result
 
@@ -179,11 +222,3 @@ def _drop_unfixable(result: KeepList, rules: list[Rule], weights: bool) -> None:
             entry.findings, entry.reasons = [f for f, _ in fixed], [r for _, r in fixed]
             entries.append(entry)
     result.entries = entries
-
-
-def _batches(graph: Graph, trace: TraceOptions) -> list[dict[str, np.ndarray]]:
-    from ..trace.inputs import load_inputs, synthesize_inputs
-
-    if trace.inputs:
-        return [load_inputs(graph, p, trace.dims) for p in trace.inputs]
-    return [synthesize_inputs(graph, trace.dims, trace.seed + i) for i in range(max(1, trace.samples))]

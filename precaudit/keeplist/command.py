@@ -12,8 +12,9 @@ __all__ = ["keep_list_report"]
 
 
 def keep_list_report(model: str, given: dict, target_for: str | None, torch_options: TorchOptions,
-                     trace: TraceOptions | None, tolerance: float, max_runs: int, output_format: str) -> str:
-    """The report text. given holds the flags the user typed (dtype, keep_fp32, rules), over the pyproject."""
+                     trace: TraceOptions | None, tolerance: float, max_runs: int, output_format: str) -> tuple[str, int]:
+    """The report text and the exit code. given holds the flags the user typed (dtype, keep_fp32, rules), over the
+    pyproject."""
     from ..rules.loader import load_rules
     from ..selection import active_rules
     from . import FOR_TARGETS, build_keep_list
@@ -31,7 +32,42 @@ def keep_list_report(model: str, given: dict, target_for: str | None, torch_opti
     rules = active_rules(load_rules(settings.rules), settings.select, settings.ignore, settings.preview)
     keep = build_keep_list(model, target, target_for, settings.keep_fp32, rules, torch_options, trace, tolerance,
                            max_runs, progress=_progress if trace is not None and trace.progress else None)
-    return render_json(keep) if output_format == "json" else render_text(keep)
+    if not keep.pytorch:
+        check_printed(keep, rules)
+    return (render_json(keep) if output_format == "json" else render_text(keep)), keep.exit_code
+
+
+def check_printed(keep, rules) -> None:
+    """Run the snippet as printed; where the converter turns the list into a model onnxruntime refuses and the list
+    keeps control flow (a converter that cannot block an If), try the list without it, and print that one if its
+    model loads: the hazard inside the body then stays in the narrow dtype, and the verdict says so."""
+    from .render import keep_args, snippet
+    from .snippet_run import check_snippet
+
+    def run() -> None:
+        keep.snippet_check = check_snippet(keep.target_for, keep_args(keep), lambda a: snippet(keep, a), keep.target,
+                                           rules, keep.batches, keep.inputs, keep.model)
+
+    run()
+    first = keep.snippet_check
+    flow = [n for n in keep.nodes if n.bodies or n.subgraph_path]
+    if first is None or first.loads is not False or not flow:
+        return
+    held = {id(n) for n in flow}
+    removed = []
+    for entry in keep.entries:
+        if any(id(n) in held for n in entry.nodes):
+            removed.append(entry)
+            entry.nodes = [n for n in entry.nodes if id(n) not in held]
+    run()
+    names = ", ".join(f"'{n.name}'" for n in flow[:3]) + (" and more" if len(flow) > 3 else "")
+    if keep.snippet_check.loads:
+        keep.alternative = (f"the list with {names} kept: {first.problem}; printed instead: the list without them, "
+                            f"whose model loads, but the hazard inside stays in {keep.target.long_name}")
+    else:
+        keep.alternative = (f"no list this converter turns into a model onnxruntime loads keeps {names}: "
+                            f"{first.problem}; try --for modelopt (it keeps a blocked If whole) or precaudit fix "
+                            "for the hazard inside")
 
 
 def _progress(message: str) -> None:

@@ -49,7 +49,8 @@ def keep_args(keep: KeepList) -> KeepArgs:
         nodes = list({id(t): t for t in map(_top, nodes)}.values())
     return KeepArgs(model=keep.model, dtype=keep.target.name, nodes=[raw_name(n) for n in nodes], op_types=op_types,
                     unnamed=any(is_unnamed(n) for n in nodes), large=keep.large,
-                    modules=sorted({n.scope or "" for n in nodes}), fx_nodes=[n.name for n in nodes])
+                    modules=sorted({n.scope or "" for n in nodes}), fx_nodes=[n.name for n in nodes],
+                    keep_io=keep.keep_io)
 
 
 def snippet(keep: KeepList, args: KeepArgs) -> str:
@@ -90,9 +91,10 @@ def _verification(keep: KeepList) -> dict[str, Any] | None:
     if check is None or check.final is None:
         return None
     final = check.final
-    return {"verified": final.ok(keep.tolerance or 0.0), "outputs_finite": final.finite, "output_error": final.error,
+    return {"verified": keep.verified, "outputs_finite": final.finite, "output_error": final.error,
             "tolerance": keep.tolerance, "emulation_runs": check.runs, "inputs": keep.inputs,
-            "stopped": check.stopped or None}
+            "synthesized": keep.source is None or keep.source.synthesized,
+            "stopped": check.stopped or None, "keep_io_types": check.keep_io}
 
 
 def render_json(keep: KeepList) -> str:
@@ -118,8 +120,12 @@ def render_json(keep: KeepList) -> str:
         "arguments": arguments(keep, args),
         "unnamed_nodes": args.unnamed,
         "control_flow_problem": keep.converter.control_flow if _control_flow(keep) else None,
+        "snippet_check": keep.snippet_check.record() if keep.snippet_check is not None else None,
+        "alternative": keep.alternative or None,
+        "keep_io_types": keep.keep_io,
+        "inputs": keep.source.record() if keep.source is not None else None,
         "external_data_over_2gb": args.large,
-        "snippet": snippet(keep, args),
+        "snippet": None if _refused(keep) else snippet(keep, args),
     }
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
@@ -137,12 +143,17 @@ def render_text(keep: KeepList) -> str:
     if verdict is not None:
         state = "verified" if verdict["verified"] else "NOT verified"
         finite = "outputs finite" if verdict["outputs_finite"] else "an output is inf/NaN"
-        lines.append(f"  {state} on {verdict['inputs']}: {finite}, output error {verdict['output_error']:.3g} "
-                     f"(--tolerance {verdict['tolerance']:g}), {verdict['emulation_runs']} emulation runs")
+        lines.append(f"  {state} on {printable(verdict['inputs'])}: emulated {finite}, output error "
+                     f"{verdict['output_error']:.3g} (--tolerance {verdict['tolerance']:g}), "
+                     f"{verdict['emulation_runs']} emulation runs")
         if verdict["stopped"]:
-            lines.append(f"  {verdict['stopped']}")
+            lines.append(f"  {printable(verdict['stopped'])}")
+        if verdict["verified"] and verdict["synthesized"]:
+            lines.append("  NOT CHECKED ON YOUR DATA: synthesized inputs have no silence, no padding and no large "
+                         "values; give yours with --inputs FILE.npz (exit 3 until then)")
     else:
         lines.append("  static: the nodes behind error and warning findings (--trace verifies the list by emulation)")
+    lines += _snippet_lines(keep)
     for entry in keep.entries:
         mark = "dropped " if entry.dropped else ""
         names = _names(entry.nodes)
@@ -159,8 +170,40 @@ def render_text(keep: KeepList) -> str:
         lines.append("  the model is over 2 GB with its weights: the code below keeps them in external data")
     # names reach the code as Python/JSON literals or regexes, which escape what cannot print; a name in a shell
     # line could still hold a control character: printed escaped, line by line
+    if _refused(keep):
+        return "\n".join(lines) + "\n"
     lines += ["", *map(printable, snippet(keep, args).split("\n"))]
     return "\n".join(lines) + "\n"
+
+
+def _refused(keep: KeepList) -> bool:
+    """The snippet ran and the converter's model does not load: it is not printed as the answer."""
+    check = keep.snippet_check
+    return check is not None and check.ran and check.loads is False
+
+
+def _snippet_lines(keep: KeepList) -> list[str]:
+    check = keep.snippet_check
+    if check is None:
+        return []
+    lines = []
+    if keep.alternative:
+        lines.append(f"  {printable(keep.alternative)}")
+    if not check.ran:
+        lines.append(f"  snippet: {printable(check.how)}")
+        return lines
+    if check.loads is False or check.problem:
+        lines.append(f"  snippet FAILS as printed ({printable(check.how)}): {printable(check.problem or '')}")
+        return lines
+    measured = ""
+    if check.error is not None:
+        measured = (f"; on {printable(check.inputs)} its outputs are "
+                    + ("finite" if check.finite else "inf/NaN where float32's are not")
+                    + (f", error {check.error:.3g} against float32" if check.finite else ""))
+    lines.append(f"  snippet checked as printed ({printable(check.how)}): onnxruntime loads its model{measured}")
+    for finding in check.errors:
+        lines.append(f"  the converted model still has an error finding: {printable(finding)}")
+    return lines
 
 
 def _control_flow(keep: KeepList) -> bool:

@@ -37,12 +37,13 @@ class Run:
 
 
 def emulate(graph: Graph, target: Format, converter: Converter, keep_fp32: list[str], kept: list[Node],
-            batches: list[dict[str, np.ndarray]], engine: str) -> Run:
-    """One run: the reference and the emulated target dtype, with `kept` (and keep_fp32) in float32."""
+            batches: list[dict[str, np.ndarray]], engine: str, keep_io: bool = False) -> Run:
+    """One run: the reference and the emulated target dtype, with `kept` (and keep_fp32) in float32, and the graph
+    inputs float32 where keep_io (keep_io_types=True) and only kept nodes read them."""
     from ..trace import Emulator  # the numpy emulation loads only when a list is verified
     from ..trace.sites import first_nonfinite_site
 
-    resolver = DtypeResolver(graph, target, keep_fp32, converter, keep_nodes=kept)
+    resolver = DtypeResolver(graph, target, keep_fp32, converter, keep_nodes=kept, keep_io=keep_io)
     emulator = Emulator(graph, resolver, engine=engine)
     for i, feeds in enumerate(batches):
         emulator.run(feeds, final=i == len(batches) - 1)  # the last batch keeps no weights for a next one
@@ -70,6 +71,7 @@ class Added:
     reason: str
     nodes: list[Node]
     dropped: bool = False
+    keep_io: bool = False  # the entry also keeps the graph inputs float32 (keep_io_types=True)
 
 
 @dataclass
@@ -79,6 +81,11 @@ class Verification:
     added: list[Added] = field(default_factory=list)
     stopped: str = ""  # why the loop gave up, when it did
 
+    @property
+    def keep_io(self) -> bool:
+        """Whether the verified list needs the graph inputs and outputs kept float32."""
+        return any(a.keep_io and not a.dropped for a in self.added)
+
 
 def verify(graph: Graph, target: Format, converter: Converter, keep_fp32: list[str], static: list[Node],
            chains: NormChains, batches: list[dict[str, np.ndarray]], engine: str, tolerance: float,
@@ -86,35 +93,67 @@ def verify(graph: Graph, target: Format, converter: Converter, keep_fp32: list[s
     """The loop of issue 12: add what the first inf/NaN (else the largest error) comes from, then prune."""
     out = Verification()
 
-    def run(nodes: list[Node]) -> Run:
+    def run(nodes: list[Node], keep_io: bool) -> Run:
         out.runs += 1
         if progress is not None:
             progress(f"emulation run {out.runs}: {len(nodes)} nodes kept")
-        return emulate(graph, target, converter, keep_fp32, nodes, batches, engine)
+        return emulate(graph, target, converter, keep_fp32, nodes, batches, engine, keep_io)
 
     kept = _unique(static)
-    current = run(kept)
+    current = run(kept, False)
     while not current.ok(tolerance):
         if out.runs >= max_runs:
             out.stopped = f"stopped after {max_runs} emulation runs (--max-runs)"
             break
         entry = _next_entry(current, kept, chains, tolerance)
+        if entry is None and not out.keep_io:
+            entry = _inputs_entry(graph, kept)
         if entry is None:
-            out.stopped = "nothing left to keep: the remaining error is not the narrow dtype's"
+            out.stopped = _measured_stop(run, graph, current, tolerance)
             break
         out.added.append(entry)
         kept = _unique([*kept, *entry.nodes])
-        current = run(kept)
+        current = run(kept, out.keep_io)
     if current.ok(tolerance):
         for entry in list(out.added):
             if out.runs >= max_runs:
                 break
-            without = _unique([*static, *(n for e in out.added if e is not entry and not e.dropped for n in e.nodes)])
-            trial = run(without)
+            rest = [e for e in out.added if e is not entry and not e.dropped]
+            without = _unique([*static, *(n for e in rest for n in e.nodes)])
+            trial = run(without, any(e.keep_io for e in rest))
             if trial.ok(tolerance):
                 entry.dropped, kept, current = True, without, trial
     out.final = current
     return out
+
+
+def _measured_stop(run: Callable[[list[Node], bool], Run], graph: Graph, current: Run, tolerance: float) -> str:
+    """Why the loop stops, measured: the model once more with every node and the graph inputs float32. Within
+    the tolerance there, the error is the narrow dtype's and the loop could not place it; beyond it, what remains
+    is not the narrow dtype's (a converter's constant clamp, a rounding the model itself does)."""
+    every = run(list(graph.nodes), True)
+    if every.ok(tolerance):
+        return (f"nothing left to add: with every node and input kept in float32 the output error is "
+                f"{every.error:.3g}, within the tolerance, so the remaining {current.error:.3g} is the narrow "
+                "dtype's but no single chain carries it; keep more (--keep-fp32) or raise --tolerance")
+    return (f"nothing left to add: with every node and input kept in float32 the output error is still "
+            f"{every.error:.3g}: what remains is not the narrow dtype's (a constant the converter clamps, or "
+            "rounding the model itself does)")
+
+
+def _inputs_entry(graph: Graph, kept: list[Node]) -> Added | None:
+    """The error enters with the graph inputs themselves: with keep_io_types=False the converter makes each float
+    input float16, so int16-scale audio is rounded (to a spacing of 16 at 32767) before any kept node reads it.
+    Keep the inputs float32 (keep_io_types=True) and every node that reads them."""
+    floats = [v for v in graph.inputs if v.dtype in ("fp32", "fp64") and v.consumers]
+    if not floats:
+        return None
+    held = {id(n) for n in kept}
+    readers = _unique([c for v in floats for c in v.consumers])
+    names = ", ".join(f"'{v.name}'" for v in floats[:3]) + (" and more" if len(floats) > 3 else "")
+    return Added(f"the error enters with the graph inputs ({names}), rounded to the narrow dtype before any node reads "
+                 "them: keep_io_types=True, and their readers kept",
+                 [n for n in readers if id(n) not in held] or readers, keep_io=True)
 
 
 def _next_entry(current: Run, kept: list[Node], chains: NormChains, tolerance: float) -> Added | None:

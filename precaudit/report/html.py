@@ -69,14 +69,25 @@ def _header(outcome: Outcome, fmt: Format) -> str:
     traced = " · traced" if outcome.result.traces else ""
     return (f'<header><h1>precaudit report</h1><p class="sub">{len(outcome.result.models)} model'
             f'{"s" * (len(outcome.result.models) != 1)} against <b>{esc(fmt.long_name)}</b>{traced} · exit code '
-            f'{outcome.exit_code} · precaudit {esc(__version__)}</p><div class="cards">{cards}</div>'
-            f'<nav><a href="#summary">Summary</a>'
+            f'{outcome.exit_code} · precaudit {esc(__version__)}</p>{_provenance(outcome)}'
+            f'<div class="cards">{cards}</div><nav><a href="#summary">Summary</a>'
             + "".join(f' <a href="#trace-{i}">Headroom: {esc(_short(m))}</a>' for i, m in enumerate(outcome.result.models)
                       if _profile(outcome, m) is not None)
             + ' <a href="#findings">Findings</a>'
             + "".join(f' <a href="#dtypes-{i}">Dtypes: {esc(_short(m))}</a>' for i, m in enumerate(outcome.result.models)
                       if outcome.result.dtype_maps.get(m))
             + "</nav></header>")
+
+
+def _provenance(outcome: Outcome) -> str:
+    """At the top: what every traced number rests on, the user's inputs or synthesized ones."""
+    synthesized = [m for m, run in outcome.result.traces.items() if run.synthesized]
+    if not synthesized:
+        return ('<p class="inputs user">Traced on your inputs (--inputs).</p>' if outcome.result.traces else "")
+    names = ", ".join(esc(_short(m)) for m in synthesized)
+    return (f'<p class="inputs synthesized"><b>Traced on synthesized inputs, not your data</b> ({names}): the traced '
+            "findings hold for random inputs only, with no silence, padding or real ranges. Give yours with "
+            "--inputs FILE.npz.</p>")
 
 
 def _short(path: str) -> str:
@@ -279,7 +290,7 @@ _CSS = """
 margin:0 auto;max-width:1400px;padding:16px 24px;background:#fff}
 h1{font-size:22px;margin:0}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid var(--line);padding-bottom:4px;
 word-break:break-all}h3{font-size:15px;margin:22px 0 6px}
-header .sub{color:var(--mute);margin:2px 0 10px}nav a{margin-right:12px;color:var(--info)}
+header .sub{color:var(--mute);margin:2px 0 10px}.inputs.synthesized{border-left:4px solid var(--warn);padding:4px 8px}nav a{margin-right:12px;color:var(--info)}
 .cards{display:flex;gap:10px;margin:8px 0}.card{border:1px solid var(--line);border-radius:6px;padding:6px 14px;
 min-width:110px}.card b{font-size:20px;margin-right:4px}.card.error b{color:var(--err)}.card.warning b{color:var(--warn)}
 .card.info b{color:var(--info)}

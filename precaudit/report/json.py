@@ -35,6 +35,8 @@ def report_document(outcome: Outcome) -> dict:
         "summary": {"models": len(result.models), "findings": len(result.findings), **counts,
                     "exit_code": outcome.exit_code},
     }
+    if result.quantized:
+        doc["quantized"] = [{"model": model, **q.record()} for model, q in result.quantized.items()]
     if result.traces:
         doc["trace"] = [{"model": model, **run.record()} for model, run in result.traces.items()]
     if outcome.baseline is not None:

@@ -76,7 +76,8 @@ def _block(members: list[Finding], head: str) -> list[str]:
         message, fix = fold_texts([f.message for f in members]), fold_texts([f.fix for f in members])
         reason = first.values.get("compute_reason") and fold_texts([f.values["compute_reason"] for f in members])
     sources = _sources_phrase(members)
-    lines = [head + (f"{sources}  " if sources else "") + where, f"          {message}"]
+    measured = f"  [traced on {first.inputs} inputs]" if first.inputs else ""
+    lines = [head + (f"{sources}  " if sources else "") + where + measured, f"          {message}"]
     if reason:
         lines.append(f"          why {first.values['compute_dtype']}: {reason}")
     lines.append(f"          fix: {fix}")
@@ -127,7 +128,8 @@ def summary_line(result: AuditResult) -> str:
     counts = {s: sum(1 for f in result.findings if f.severity == s) for s in SEVERITIES}
     n_models = len(result.models)
     total = len(result.findings)
-    text = (f"Found {total} finding{'s' * (total != 1)} in {n_models} model{'s' * (n_models != 1)}: "
+    named = f" ({printable(result.models[0])})" if n_models == 1 else ""
+    text = (f"Found {total} finding{'s' * (total != 1)} in {n_models} model{'s' * (n_models != 1)}{named}: "
             + ", ".join(f"{counts[s]} {s}{'s' * (counts[s] != 1 and s != 'info')}" for s in SEVERITIES))
     if result.errors:
         text += f"; {len(result.errors)} model{'s' * (len(result.errors) != 1)} could not be audited"
@@ -149,9 +151,16 @@ def _hidden_lines(outcome: Outcome) -> list[str]:
 
 
 def _trace_lines(result: AuditResult) -> list[str]:
-    """What each traced run was fed and what ran it: traced findings hold for these inputs only."""
+    """What each traced run was fed and what ran it: traced findings hold for these inputs only. And which models
+    are quantized, and what of them the audit judges."""
     # the model's path, the inputs files' paths and the model's input names
-    return [printable(f"traced {model}: {run.describe()}") for model, run in result.traces.items()]
+    lines = [printable(f"{model}: {q.describe()}") for model, q in result.quantized.items()]
+    for model, run in result.traces.items():
+        lines.append(printable(f"traced {model}: {run.describe()}"))
+        if run.synthesized:
+            lines.append("  these inputs are synthesized, not your data: each traced finding above holds for them "
+                         "only (no silence, padding or real ranges); give yours with --inputs FILE.npz")
+    return lines
 
 
 def _count(n: int, noun: str) -> str:

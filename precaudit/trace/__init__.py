@@ -12,7 +12,7 @@ from ..analysis.sites import Site
 from ..ir import Graph
 from ..options import TraceOptions
 from .emulator import Emulator
-from .inputs import load_inputs, synthesize_inputs
+from .inputs import iter_batches
 from .measure import attach_probes
 from .profile import TraceProfile, build_profile
 from .progress import progress_bar
@@ -28,6 +28,9 @@ class TraceRun:
     inputs: list[str]  # the .npz files as given, one batch each; empty when synthesized
     seed: int | None  # of the first synthesized sample
     samples: int
+    source: str = "user"  # "user" (the .npz files) or "synthesized": what every traced number here rests on
+    guessed_dims: dict[str, int] = field(default_factory=dict)  # symbolic dims precaudit chose, synthesized only
+    masks: list[str] = field(default_factory=list)  # inputs synthesized as masks in every state, row by row
     shapes: dict[str, list[int]] = field(default_factory=dict)  # per graph input, in the first sample
     engine: str = ""  # onnxruntime or numpy, as --trace-engine resolved
     nodes: dict[str, int] = field(default_factory=dict)  # nodes each engine ran, in the last sample
@@ -38,9 +41,15 @@ class TraceRun:
         """What the JSON report says about the run: every field but the profile."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "profile"}
 
+    @property
+    def synthesized(self) -> bool:
+        return self.source == "synthesized"
+
     def describe(self) -> str:
         given = f"inputs from {', '.join(self.inputs)}" if self.inputs else \
             f"{self.samples} synthesized sample{'s' * (self.samples != 1)} (seed {self.seed})"
+        if self.guessed_dims:
+            given += " with guessed dims " + ", ".join(f"{k}={v}" for k, v in self.guessed_dims.items())
         shapes = ", ".join(f"{name} {tuple(shape)}" for name, shape in self.shapes.items())
         ran = ", ".join(f"{n} nodes on {engine}" for engine, n in self.nodes.items() if n)
         return f"{given}; {shapes}; {ran or 'no nodes'}"
@@ -51,13 +60,13 @@ def traced_sites(graph: Graph, resolver: DtypeResolver, options: TraceOptions) -
     emulator = Emulator(graph, resolver, engine=options.engine)
     probes = attach_probes(graph, resolver, emulator)
     # each .npz is one sample; synthesized inputs give --samples independent draws
-    samples = len(options.inputs) or max(1, options.samples)
-    run = TraceRun(list(options.inputs), None if options.inputs else options.seed, samples, engine=emulator.engine)
+    source, batches = iter_batches(graph, options)
+    samples = source.samples
+    run = TraceRun(list(source.files), source.seed, samples, source.kind, dict(source.guessed), list(source.masks),
+                   engine=emulator.engine)
     update, close = progress_bar(Path(graph.path).name, samples) if options.progress else (None, lambda: None)
     try:
-        for i in range(samples):
-            feeds = load_inputs(graph, options.inputs[i], options.dims) if options.inputs \
-                else synthesize_inputs(graph, options.dims, options.seed + i)
+        for i, feeds in enumerate(batches):
             if i == 0:
                 run.shapes = {name: list(np.shape(array)) for name, array in feeds.items()}
             emulator.run(feeds, update, final=i == samples - 1)  # the last sample keeps no weights

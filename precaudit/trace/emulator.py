@@ -509,10 +509,14 @@ class Emulator:
             dtype = self.resolver.of_node(node)
         if dtype is None:
             return None
-        if (node is not None and self.resolver.kept_by(node) and value.consumers
+        if (node is not None and self.resolver.kept_by(node)
                 and all(self.resolver.kept_by(c) for c in value.consumers)
-                and value not in self.graph.outputs):
-            return FORMATS["fp32"]
+                and ((value.consumers and value not in self.graph.outputs)
+                     or (self.resolver.keep_io and value in self.graph.outputs))):
+            return FORMATS["fp32"]  # keep_io_types=True: a kept node's graph output stays float32 too
+        if (node is None and self.resolver.keep_io and value in self.graph.inputs and value.consumers
+                and all(self.resolver.kept_by(c) for c in value.consumers)):
+            return FORMATS["fp32"]  # keep_io_types=True: a float32 input, cast only before readers not kept
         return dtype.fmt
 
     def stat_rounding(self, node: Node) -> Callable[[np.ndarray], np.ndarray]:

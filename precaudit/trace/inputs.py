@@ -1,16 +1,22 @@
-"""The inputs a traced run feeds the graph: the user's .npz, or arrays synthesized from the input signature."""
+"""The inputs a traced run feeds the graph: the user's .npz, or arrays synthesized from the input signature, and
+a record of which (a number measured on synthesized inputs says nothing about the user's data)."""
 
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 
 from ..errors import InputError
 from ..ir import Graph, Value
+from ..options import TraceOptions
 from .npz import read_npz
 
-__all__ = ["load_inputs", "synthesize_inputs", "resolve_shape", "BATCH_DEFAULT", "DIM_DEFAULT"]
+__all__ = ["load_inputs", "synthesize_inputs", "resolve_shape", "BATCH_DEFAULT", "DIM_DEFAULT", "InputSource",
+           "input_batches", "iter_batches", "is_mask", "MASK_ROWS"]
 
 BATCH_DEFAULT = 1  # a symbolic dim whose name mentions "batch", or the first dim of an input
 DIM_DEFAULT = 16  # every other symbolic or unknown dim (sequence length, ...)
@@ -19,24 +25,121 @@ _NP_FLOAT = {"fp16": np.float16, "fp32": np.float32, "fp64": np.float64}
 _INDEX_PATH = {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Expand"}
 
 
-def resolve_shape(value: Value, dims: dict[str, int]) -> tuple[int, ...]:
-    """Concrete sizes for an input: fixed dims as stored, symbolic ones from --dim or the defaults."""
+# A mask is synthesized in every state it has, row by row: all valid, partly valid (the second half masked), all
+# masked. Three rows need a batch of three: a symbolic batch dim of a model with a mask input is guessed as 3.
+MASK_ROWS = 3
+_MASK_NAME = re.compile(r"mask|padding", re.IGNORECASE)
+
+
+def is_mask(value: Value) -> bool:
+    """A bool input, or an integer one whose name says mask or padding (attention_mask, src_key_padding_mask)."""
+    if value.dtype == "bool":
+        return True
+    return value.dtype not in _FLOAT and bool(_MASK_NAME.search(value.name or ""))
+
+
+def _dim_key(value: Value, i: int, d) -> str:
+    """How a dim is named in the report and set with --dim: its symbol, or input[i] for an unnamed one."""
+    return d if isinstance(d, str) else f"{value.name}[{i}]"
+
+
+def resolve_shape(value: Value, dims: dict[str, int], guessed: dict[str, int] | None = None,
+                  batch: int = BATCH_DEFAULT) -> tuple[int, ...]:
+    """Concrete sizes for an input: fixed dims as stored, symbolic ones from --dim or the defaults (each default
+    used is recorded in guessed: the report names it with the value chosen)."""
     shape = []
     for i, d in enumerate(value.shape or ()):
         if isinstance(d, int) and d > 0:
             shape.append(d)
-        elif isinstance(d, str) and d in dims:
-            shape.append(dims[d])
-        elif i == 0 or isinstance(d, str) and "batch" in d.lower():
-            shape.append(BATCH_DEFAULT)
-        else:
-            shape.append(DIM_DEFAULT)
+            continue
+        key = _dim_key(value, i, d)
+        if key in dims:
+            shape.append(dims[key])
+            continue
+        size = batch if i == 0 or isinstance(d, str) and "batch" in d.lower() else DIM_DEFAULT
+        shape.append(size)
+        if guessed is not None:
+            guessed[key] = size
     return tuple(shape)
+
+
+@dataclass
+class InputSource:
+    """Where a run's inputs came from: the user's files, or synthesized (seed, samples, the dims guessed)."""
+
+    files: list[str] = field(default_factory=list)
+    seed: int | None = None
+    samples: int = 1
+    guessed: dict[str, int] = field(default_factory=dict)  # symbolic dims precaudit chose: name -> size
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # --range NAME=LO:HI, synthesized only
+    masks: list[str] = field(default_factory=list)  # inputs synthesized as masks, in every state
+
+    @property
+    def synthesized(self) -> bool:
+        return not self.files
+
+    @property
+    def kind(self) -> str:
+        return "synthesized" if self.synthesized else "user"
+
+    def describe(self) -> str:
+        if self.files:
+            return f"inputs from {', '.join(self.files)}"
+        text = f"{self.samples} synthesized sample{'s' * (self.samples != 1)} (seed {self.seed})"
+        return text + (f"; guessed {self.guessed_text()}" if self.guessed else "")
+
+    def guessed_text(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.guessed.items())
+
+    def shape_hint(self) -> str:
+        """What to add to an onnxruntime shape error: the dims precaudit guessed, and how to set them."""
+        if not self.guessed:
+            return ""
+        return f" (precaudit guessed the symbolic dims {self.guessed_text()}: set them with --dim NAME=SIZE)"
+
+    def record(self) -> dict:
+        return {"source": self.kind, "files": list(self.files), "seed": self.seed, "samples": self.samples,
+                "guessed_dims": dict(self.guessed), "ranges": {k: list(v) for k, v in self.ranges.items()},
+                "masks": list(self.masks)}
+
+
+def _source(graph: Graph, options: TraceOptions) -> InputSource:
+    """The InputSource of a run before any batch is made: for synthesized inputs, the dims it will guess."""
+    if options.inputs:
+        return InputSource(list(options.inputs), None, len(options.inputs))
+    _check_dim_names(graph, options.dims)
+    _check_ranges(graph, options.ranges)
+    source = InputSource([], options.seed, max(1, options.samples), ranges=dict(options.ranges))
+    source.masks = [v.name for v in graph.inputs if is_mask(v)]
+    batch = MASK_ROWS if source.masks else BATCH_DEFAULT
+    for value in graph.inputs:
+        resolve_shape(value, options.dims, source.guessed, batch)
+    return source
+
+
+def iter_batches(graph: Graph, options: TraceOptions) -> tuple[InputSource, Iterator[dict[str, np.ndarray]]]:
+    """Each batch in turn (one in memory at a time), with where they come from."""
+    source = _source(graph, options)
+
+    def batches() -> Iterator[dict[str, np.ndarray]]:
+        for i in range(source.samples):
+            if options.inputs:
+                yield load_inputs(graph, options.inputs[i], options.dims)
+            else:
+                yield synthesize_inputs(graph, options.dims, options.seed + i, options.ranges)
+    return source, batches()
+
+
+def input_batches(graph: Graph, options: TraceOptions) -> tuple[list[dict[str, np.ndarray]], InputSource]:
+    """Every batch at once (fix and keep-list run several models on the same ones), with where they come from."""
+    source, batches = iter_batches(graph, options)
+    return list(batches), source
 
 
 def _check_dim_names(graph: Graph, dims: dict[str, int]) -> None:
     """A --dim that names no symbolic dim of the inputs is a typo: say so rather than ignore it."""
-    known = {d for v in graph.inputs for d in (v.shape or ()) if isinstance(d, str)}
+    known = {_dim_key(v, i, d) for v in graph.inputs for i, d in enumerate(v.shape or ())
+             if not (isinstance(d, int) and d > 0)}
     unknown = sorted(set(dims) - known)
     if unknown:
         names = ", ".join(sorted(known)) or "none: every input dim is fixed"
@@ -46,28 +149,73 @@ def _check_dim_names(graph: Graph, dims: dict[str, int]) -> None:
 _MAX_ELEMENTS = 2**28  # 1 GiB of float32 per input: past that a synthesized batch is a mistake, not a test
 
 
-def synthesize_inputs(graph: Graph, dims: dict[str, int], seed: int) -> dict[str, np.ndarray]:
-    """Floats ~ N(0, 1); integer ids below the size of the table they index; other integers 1 (an all-ones mask)."""
+def _check_ranges(graph: Graph, ranges: dict[str, tuple[float, float]]) -> None:
+    names = [v.name for v in graph.inputs]
+    for name in ranges:
+        if name not in names:
+            raise InputError(graph.path, f"--range {name}: no graph input of that name (the inputs are: "
+                                         f"{', '.join(names)})")
+
+
+def synthesize_inputs(graph: Graph, dims: dict[str, int], seed: int,
+                      ranges: dict[str, tuple[float, float]] | None = None) -> dict[str, np.ndarray]:
+    """Floats ~ N(0, 1), or uniform in the input's --range; integer ids below the size of the table they index;
+    masks in every state, row by row (is_mask, _mask); other integers 1."""
     rng = np.random.default_rng(seed)
+    ranges = ranges or {}
     _check_dim_names(graph, dims)
+    batch = MASK_ROWS if any(is_mask(v) for v in graph.inputs) else BATCH_DEFAULT
     feeds = {}
     for value in graph.inputs:
         if value.shape is None:
             raise InputError(graph.path, f"input '{value.name}' has no shape in the model: give it with --inputs FILE.npz")
-        shape = resolve_shape(value, dims)
+        shape = resolve_shape(value, dims, batch=batch)
         elements = int(np.prod(shape, dtype=np.float64))
         if elements > _MAX_ELEMENTS:
             raise InputError(graph.path, f"input '{value.name}' would have shape {tuple(shape)} ({elements:.3g} values): "
                                          "too large to synthesize; give smaller --dim sizes or your own --inputs FILE.npz")
-        if value.dtype in _FLOAT:
+        if value.name in ranges:
+            lo, hi = ranges[value.name]
+            drawn = rng.uniform(lo, hi, shape)
+            feeds[value.name] = (drawn.astype(_NP_FLOAT.get(value.dtype, np.float32)) if value.dtype in _FLOAT
+                                 else np.rint(drawn).astype(np.dtype(value.dtype or "int64")))
+        elif value.dtype in _FLOAT:
             feeds[value.name] = rng.standard_normal(shape).astype(_NP_FLOAT.get(value.dtype, np.float32))
-        elif value.dtype == "bool":
-            feeds[value.name] = np.ones(shape, dtype=bool)
+        elif is_mask(value) and shape:
+            feeds[value.name] = _mask(shape, np.dtype(bool if value.dtype == "bool" else value.dtype or "int64"))
+        elif value.dtype == "bool":  # a scalar flag (an If's condition): true in even samples, false in odd ones
+            feeds[value.name] = np.full(shape, seed % 2 == 0, dtype=bool)
         else:
             table = _table_size(value)
             dtype = np.dtype(value.dtype or "int64")
-            feeds[value.name] = (rng.integers(0, table, shape) if table else np.ones(shape)).astype(dtype)
+            if table:
+                feeds[value.name] = rng.integers(0, table, shape).astype(dtype)
+            elif dtype in (np.uint8, np.int16):  # 0-255 pixels, int16 PCM audio: the type says the range
+                info = np.iinfo(dtype)
+                feeds[value.name] = rng.integers(info.min, int(info.max) + 1, shape).astype(dtype)
+            else:
+                feeds[value.name] = np.ones(shape, dtype=dtype)
     return feeds
+
+
+def _mask(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Row r of the first dim: all ones (r % 3 == 0), ones then zeros along the last dim (1), all zeros (2). With one
+    row, the partly valid one: a mask is never synthesized in one state only."""
+    out = np.ones(shape, dtype=dtype)
+    if not shape:
+        return out
+    rows = shape[0]
+    half = (shape[-1] + 1) // 2 if len(shape) > 1 else 0
+    for r in range(rows):
+        state = 1 if rows == 1 else r % MASK_ROWS
+        if state == 1:
+            if len(shape) > 1:
+                out[r, ..., half:] = 0
+            else:
+                out[r] = 0 if rows > 1 else 1
+        elif state == 2:
+            out[r] = 0
+    return out
 
 
 def _table_size(value: Value) -> int | None:
