@@ -84,7 +84,16 @@ def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp
     jobs = min(jobs or default_jobs(), len(models))
     if trace_options is not None and jobs > 1:
         trace_options.progress = False  # one progress line per worker would interleave
-    outcome = _run(models, settings, write_baseline, exit_zero, torch_options, trace_options, jobs, debug)
+    from .pipeline import run_audit
+
+    _target(settings)  # a bad --dtype is a usage error, said as one
+    outcome = run_audit(models, settings, write_baseline, exit_zero, torch_options, trace_options, jobs, debug)
+    for err in outcome.result.errors:
+        _error(str(err))
+    if write_baseline is not None:
+        from .escape import printable
+        n = outcome.written_to_baseline
+        _error(f"wrote {n} finding{'s' * (n != 1)} to the baseline {printable(write_baseline)}")
     if statistics:
         from .report.text import render_statistics
         text = render_statistics(outcome)
@@ -94,76 +103,12 @@ def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp
     return outcome.exit_code
 
 
-def _run(models: list[str], settings: Settings, write_to: str | None, exit_zero: bool,
-         torch_options: TorchOptions, trace_options: TraceOptions | None, jobs: int = 1,
-         debug: bool = False) -> Outcome:
-    """Select rules, audit, drop ignored and baselined findings, and decide the exit code."""
-    from .audit import AuditResult
-    from .baseline import apply_baseline, write_baseline
-    from .escape import printable
-    from .finding import severity_rank
-    from .parallel import audit_in_parallel
-    from .report.locations import repo_root
-    from .report.outcome import Outcome
-    from .rules.loader import load_rules
-    from .selection import active_rules, drop_ignored
-
-    target = _target(settings)
-    all_rules = load_rules(settings.rules)
-    _check_all_selectors(settings, all_rules)
-    rule_set = active_rules(all_rules, settings.select, settings.ignore, settings.preview)
-    result = audit_in_parallel(models, jobs, debug, target=target, rules=rule_set, keep_fp32=settings.keep_fp32,
-                               torch_options=torch_options, trace=trace_options, check_weights=settings.check_weights,
-                               dtype_maps=settings.format == "html", converter=settings.converter)
-    for err in result.errors:
-        _error(str(err))
-    kept = drop_ignored(result.findings, {r.id: r for r in rule_set}, settings.per_model_ignores,
-                        settings.per_node_ignores, settings.project_root)
-    if write_to is not None:
-        write_baseline(write_to, kept, may_replace=_baseline_file(settings))
-        _error(f"wrote {len(kept)} finding{'s' * (len(kept) != 1)} to the baseline {printable(write_to)}")
-    match = apply_baseline(settings.baseline, kept, result.models) if settings.baseline else None
-    counted = match.new if match else kept
-
-    threshold = severity_rank(settings.fail_on) if settings.fail_on != "never" else 99
-    failing = any(severity_rank(f.severity) >= threshold for f in counted)
-    accepted = exit_zero or write_to is not None  # a written baseline accepts what it holds
-    code = EXIT_ERROR if result.errors else EXIT_FINDINGS if failing and not accepted else EXIT_CLEAN
-    report_settings = {"dtype": target.name, "fail_on": settings.fail_on, "keep_fp32": settings.keep_fp32,
-                       "rules": settings.rules, "format": settings.format, "select": settings.select,
-                       "ignore": settings.ignore, "preview": settings.preview, "baseline": settings.baseline,
-                       "check_weights": settings.check_weights or trace_options is not None,
-                       "converter": settings.converter, "autocast": settings.autocast,
-                       "config_file": settings.config_file}
-    return Outcome(result=AuditResult(counted, result.errors, result.models, result.traces, result.dtype_maps,
-                                      result.quantized),
-                   settings=report_settings,
-                   exit_code=code, rules=rule_set, root=repo_root(), ignored=len(result.findings) - len(kept),
-                   baseline=match)
-
-
 def _target(settings: Settings) -> Format:
     from .dtypes import format_named
     try:
         return format_named(settings.dtype)
     except KeyError as exc:  # a pyproject dtype was checked when the config was read, so this is the flag
         raise _bad_value("--dtype", str(exc.args[0])) from None
-
-
-def _check_all_selectors(settings: Settings, rules: list[Rule]) -> None:
-    """Every selector must name a rule; the error names the flag, or the pyproject file and key."""
-    from .selection import check_selectors
-
-    for name in ("select", "ignore"):
-        origin = settings.origins.get(name)
-        if origin == "command line":
-            check_selectors(getattr(settings, name), rules, None, f"--{name}")
-        else:
-            check_selectors(getattr(settings, name), rules, origin, f"[tool.precaudit] {name}")
-    for table in ("per_model_ignores", "per_node_ignores"):
-        for glob, selectors in getattr(settings, table).items():
-            key = f"[tool.precaudit] {table.replace('_', '-')}.\"{glob}\""
-            check_selectors(selectors, rules, settings.config_file, key)
 
 
 def list_rules(*, rules: list[str], output_format: str) -> int:
@@ -188,7 +133,7 @@ def match(*, rule: str, model: str, node: str, dtype: str | None, keep_fp32: lis
           rules: list[str]) -> int:
     """Show, node by node, why a rule fires or does not: the pattern step that failed, or the condition's values."""
     from .analysis.compute_dtype import DtypeResolver
-    from .audit import load_graph
+    from .audit_models import load_graph
     from .config import load_settings
     from .escape import printable
     from .rules.match_trace import trace_rule
@@ -207,6 +152,7 @@ def match(*, rule: str, model: str, node: str, dtype: str | None, keep_fp32: lis
 
 
 def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp32: list[str], rules: list[str],
+              select: list[str], ignore: list[str],
               trace: bool, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str, range_: list[str],
               tolerance: float, max_runs: int, output_format: str, output: Path | None, input_shape: list[str],
               input_dtype: str, trust_pickle: bool, debug: bool) -> int:
@@ -224,7 +170,9 @@ def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp3
     from .config import load_settings
 
     _note_named_inputs([model], load_settings({"rules": list(rules)} if rules else {}), inputs)  # -o never over them
-    text, code = keep_list_report(model, {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules)}, target_for,
+    given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "select": _split(select),
+             "ignore": _split(ignore)}
+    text, code = keep_list_report(model, given, target_for,
                             TorchOptions(_shapes(input_shape), input_dtype, trust_pickle), trace_options, tolerance,
                             max_runs, output_format)
     _write(text, output)

@@ -186,6 +186,8 @@ def _keep_list() -> _Parser:
                    help="onnxconverter-common, onnxruntime, olive, modelopt (ONNX models); pytorch, torch-tensorrt "
                         "(PyTorch models).")
     _common(p, converter=False)
+    _many(p, "--select", metavar="RULE,...", help="List only these rules' findings.")
+    _many(p, "--ignore", metavar="RULE,...", help="Leave these rules' findings out.")
     p.add_argument("--trace", action="store_true", help="Verify the list by emulating the model (and grow it).")
     _trace_inputs(p, "Traced: ")
     p.add_argument("--tolerance", type=_number, default=0.01, metavar="REL",

@@ -73,10 +73,22 @@ def find_config(start: Path | None = None) -> Path | None:
     return None
 
 
-def load_settings(cli: dict[str, Any], start: Path | None = None) -> Settings:
-    """Defaults < [tool.precaudit] < command-line flags; cli holds only the flags the user actually gave."""
+_FIND = Path("<find>")  # load_settings' default: the nearest pyproject.toml with a [tool.precaudit] table
+
+
+def load_settings(cli: dict[str, Any], start: Path | None = None, config: Path | None = _FIND) -> Settings:
+    """Defaults < [tool.precaudit] < command-line flags; cli holds only the flags the user actually gave.
+
+    config: found from start (the default), None for no configuration file, or the pyproject.toml to read (the
+    Python API's config=path), which must hold a [tool.precaudit] table."""
     settings = Settings()
-    config = find_config(start)
+    if config is _FIND:
+        config = find_config(start)
+    elif config is not None:
+        if not config.is_file():
+            raise InputError(str(config), "no such configuration file")
+        if "precaudit" not in _read_toml(config).get("tool", {}):
+            raise InputError(str(config), "has no [tool.precaudit] table")
     if config is not None:
         settings.config_file = _display(config)
         table = _read_toml(config)["tool"]["precaudit"]

@@ -13,7 +13,7 @@ import warnings
 from typing import Any
 
 from . import files
-from .audit import AuditResult, audit_models
+from .audit_models import AuditResult, audit_models
 from .errors import InputError
 
 __all__ = ["audit_in_parallel", "default_jobs"]
@@ -48,7 +48,7 @@ def _run_pool(paths: list[str], which, workers: int, debug: bool, kwargs: dict, 
 
     broken = []
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["precaudit.audit"])  # imported once in the server, not once per worker
+    context.set_forkserver_preload(["precaudit.audit_models"])  # imported once in the server, not once per worker
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_quiet_worker,
                                 initargs=(debug,)) as pool:
         futures = {i: pool.submit(_audit_one, paths[i], kwargs) for i in which}

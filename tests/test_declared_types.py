@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 from fixtures.onnx_builders import decomposed_layernorm, save
-from precaudit.audit import load_graph
+from precaudit.audit_models import load_graph
 from tests.helpers import run_json
 
 _ROOT = Path(__file__).resolve().parent.parent

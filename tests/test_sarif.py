@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from fixtures.onnx_builders import fused_norm, save
-from precaudit.audit import AuditResult
+from precaudit.audit_models import AuditResult
 from precaudit.cli import main
 from precaudit.finding import Finding
 from precaudit.report.outcome import Outcome

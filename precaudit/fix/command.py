@@ -9,7 +9,7 @@ from ..dtypes import format_named
 from ..errors import InputError
 from ..options import TraceOptions
 
-__all__ = ["fix_report"]
+__all__ = ["fix_report", "run_checked"]
 
 
 def fix_report(model: str, given: dict, output: str | None, dry_run: bool, min_eps: float | None,
@@ -17,12 +17,18 @@ def fix_report(model: str, given: dict, output: str | None, dry_run: bool, min_e
                data_floor: str = "keep") -> tuple[str, int]:
     """The report text and the exit code. given holds the flags the user typed (dtype, keep_fp32, rules, select,
     ignore, converter), over the pyproject."""
+    settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
+    result = run_checked(model, settings, output, dry_run, min_eps, inputs, trace, tolerance, data_floor)
+    return (result.to_json() if output_format == "json" else result.to_text()), result.exit_code
+
+
+def run_checked(model: str, settings, output: str | None, dry_run: bool, min_eps: float | None,
+                inputs: TraceOptions, trace: bool, tolerance: float, data_floor: str):
+    """`precaudit fix` from resolved settings: what the command and the Python API run."""
     from ..rules.loader import load_rules
     from ..selection import active_rules, drop_ignored
-    from .render import render_json, render_text
     from .run import FixOptions, run_fix
 
-    settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
     try:
         target = format_named(settings.dtype)
     except KeyError as exc:
@@ -50,10 +56,8 @@ def fix_report(model: str, given: dict, output: str | None, dry_run: bool, min_e
                             settings.project_root)
 
     options = FixOptions(min_eps, data_floor, tolerance)
-    result = run_fix(model, output, target, rules, settings.keep_fp32, settings.converter, options, dry_run,
-                     inputs, trace, keep)
-    text = render_json(result) if output_format == "json" else render_text(result)
-    return text, result.exit_code
+    return run_fix(model, output, target, rules, settings.keep_fp32, settings.converter, options, dry_run,
+                   inputs, trace, keep)
 
 
 def _check_floor(data_floor: str, target) -> None:

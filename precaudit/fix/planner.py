@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..analysis.collect import collect_sites
+from ..audit_models import static_matches
 from ..analysis.compute_dtype import DtypeResolver
 from ..analysis.sites import Site
 from ..finding import Finding
 from ..ir import Graph
-from ..rules.engine import apply_rules, holds
 from ..rules.loader import Rule
 from .eps import norm_repairs
 from .guards import guard
@@ -18,7 +17,7 @@ from .masks import mask_fill
 from .plan import Context, Group, Left, Plan, Repair, Skipped
 from .softmax import log_sigmoid, log_softmax, logsumexp_shift, max_shift
 
-__all__ = ["audit_pairs", "plan_repairs", "REPAIRED_RULES"]
+__all__ = ["audit_pairs", "plan_repairs"]
 
 _PATTERN: dict[str, Callable[[Context, Group], Repair | str]] = {
     "PA201": log_softmax, "PA202": log_sigmoid, "PA203": max_shift, "PA204": logsumexp_shift,
@@ -37,30 +36,12 @@ _LEFT = {
     "PA215": "the converter clamps every constant it converts: no number written in the file survives; pass "
              "max_finite_val=65504 to it or keep the node in float32 (precaudit keep-list)",
 }
-REPAIRED_RULES = ("PA101", "PA102", "PA104", "PA105", "PA106", "PA108", "PA201", "PA202", "PA203", "PA204",
-                  "PA208", "PA209", *_GUARDS)
-
 
 def audit_pairs(graph: Graph, resolver: DtypeResolver, rules: list[Rule], path: str,
                 keep: Callable[[list[Finding]], list[Finding]] | None = None) -> list[tuple[Rule, Site, Finding]]:
     """Every finding of the static audit with the rule and the site it came from (in the audit's order), less
-    those the configured ignores drop."""
-    patterns = {rule.id: rule.pattern for rule in rules if rule.pattern is not None}
-    sites = collect_sites(graph, resolver, patterns)
-    triples = []
-    for site in sites:
-        for rule in rules:
-            if site.rule_id is not None and site.rule_id != rule.id:
-                continue
-            if site.kind not in rule.sites or (rule.ops and site.node.op_type not in rule.ops):
-                continue
-            if holds(rule, {**site.facts, **rule.params}, site.node.name):
-                [finding] = apply_rules([rule], [site], path)
-                triples.append((rule, site, finding))
-    if keep is not None:
-        kept = {id(f) for f in keep([f for _, _, f in triples])}
-        triples = [t for t in triples if id(t[2]) in kept]
-    return triples
+    those the inline suppressions and the configured ignores drop: the pass `precaudit check` runs."""
+    return [tuple(m) for m in static_matches(graph, resolver, rules, path, keep=keep)]
 
 
 def plan_repairs(ctx: Context, pairs: list[tuple[Rule, Site]]) -> Plan:

@@ -54,6 +54,14 @@ class FixResult:
     withheld: list[Repair] = field(default_factory=list)  # measured, and left out of the written model
     tolerance: float = 1e-3
 
+    def to_text(self) -> str:
+        from .render import render_text
+        return render_text(self)
+
+    def to_json(self) -> str:
+        from .render import render_json
+        return render_json(self)
+
     @property
     def fixed_count(self) -> int:
         if self.after is None:

@@ -15,16 +15,15 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ..analysis.collect import collect_sites
 from ..analysis.compute_dtype import DtypeResolver
-from ..analysis.sites import find_weight_sites
+from ..audit_models import static_matches
 from ..converters import PLAIN, Converter, converter_named
 from ..dtypes import Format
 from ..errors import InputError
 from ..finding import Finding
 from ..ir import Graph, Node
 from ..options import TorchOptions, TraceOptions
-from ..rules.engine import apply_rules
+from ..rules.engine import Match
 from ..rules.loader import Rule
 from .chains import NormChains
 from .verify import Verification, verify
@@ -52,6 +51,7 @@ class Entry:
     dropped: bool = False  # traced: the list verified without it
     findings: list[Finding] = field(default_factory=list)  # static: the findings behind it
     keep_io: bool = False  # traced: the entry also keeps the graph inputs float32 (keep_io_types=True)
+    sites: list[Node] = field(default_factory=list)  # static: the node each finding is at, by identity
 
 
 @dataclass
@@ -106,6 +106,19 @@ class KeepList:
         ids = {id(n) for e in self.entries if not e.dropped for n in e.nodes}
         return [n for n in self.graph.nodes if id(n) in ids]
 
+    def to_text(self) -> str:
+        from .render import render_text
+        return render_text(self)
+
+    def to_json(self) -> str:
+        from .render import render_json
+        return render_json(self)
+
+    def code(self) -> str | None:
+        """The converter's snippet, ready to paste (None where the model it writes does not load)."""
+        import json
+        return json.loads(self.to_json())["snippet"]
+
     @property
     def keep_io(self) -> bool:
         """The converter must keep the graph inputs and outputs float32 (keep_io_types=True)."""
@@ -146,9 +159,10 @@ def converter_for(target_for: str) -> Converter:
 def build_keep_list(path: str, target: Format, target_for: str, keep_fp32: list[str], rules: list[Rule],
                     torch_options: TorchOptions | None = None, trace: TraceOptions | None = None,
                     tolerance: float = 1e-2, max_runs: int = 30,
-                    progress: Callable[[str], None] | None = None) -> KeepList:
+                    progress: Callable[[str], None] | None = None,
+                    keep: Callable[[list[Finding]], list[Finding]] | None = None) -> KeepList:
     """The keep-list of one model: static from its findings, verified by emulation when trace is given."""
-    from ..audit import load_graph
+    from ..audit_models import load_graph
     from ..frontends.torch_input import is_torch_input
 
     converter = converter_for(target_for)
@@ -167,9 +181,10 @@ def build_keep_list(path: str, target: Format, target_for: str, keep_fp32: list[
     resolver = DtypeResolver(graph, target, keep_fp32, converter)
     chains = NormChains(graph, resolver)
     weights = trace is not None
-    findings = [f for f in static_findings(graph, resolver, rules, path, weights) if f.severity in ("error", "warning")]
-    result.entries = _static_entries(graph, findings, chains)
-    _drop_unfixable(result, rules, weights)
+    matches = [m for m in static_matches(graph, resolver, rules, path, weights, keep)
+               if m.finding.severity in ("error", "warning")]
+    result.entries = _static_entries(matches, chains)
+    _drop_unfixable(result, rules, weights, keep)
     if trace is not None:
         from ..trace.inputs import input_batches
         batches, result.source = input_batches(graph, trace)
@@ -184,40 +199,38 @@ def build_keep_list(path: str, target: Format, target_for: str, keep_fp32: list[
 
 
 def static_findings(graph: Graph, resolver: DtypeResolver, rules: list[Rule], path: str,
-                    weights: bool) -> list[Finding]:
-    """The audit's findings with this resolver (weights read only when asked: --trace reads them anyway)."""
-    patterns = {rule.id: rule.pattern for rule in rules if rule.pattern is not None}
-    sites = collect_sites(graph, resolver, patterns)
-    if weights:
-        sites += find_weight_sites(graph, resolver)
-    return apply_rules(rules, sites, path)
+                    weights: bool, keep: Callable[[list[Finding]], list[Finding]] | None = None) -> list[Finding]:
+    """The audit's findings with this resolver (weights read only when asked: --trace reads them anyway), less
+    the inline suppressions and the configured ignores: the pass `precaudit check` runs."""
+    return [m.finding for m in static_matches(graph, resolver, rules, path, weights, keep)]
 
 
-def _static_entries(graph: Graph, findings: list[Finding], chains: NormChains) -> list[Entry]:
-    """One entry per chain (or node) that findings point at, with every finding there as a reason."""
-    by_name = {n.name: n for n in graph.nodes}
+def _static_entries(matches: list[Match], chains: NormChains) -> list[Entry]:
+    """One entry per chain (or node) that findings point at, with every finding there as a reason. The node is the
+    site's own, by identity: two nodes of one name are two entries."""
     entries: dict[int, Entry] = {}
-    for finding in findings:
-        node = by_name.get(finding.node_name)
-        if node is None:
-            continue
+    for m in matches:
+        node, finding = m.site.node, m.finding
         nodes = chains.of(node) or [node]
         entry = entries.setdefault(id(nodes[0]), Entry("static", [], nodes))
         entry.findings.append(finding)
+        entry.sites.append(node)
         entry.reasons.append(f"{finding.rule_id} {finding.rule_name} at '{finding.node_name}'")
     return list(entries.values())
 
 
-def _drop_unfixable(result: KeepList, rules: list[Rule], weights: bool) -> None:
+def _drop_unfixable(result: KeepList, rules: list[Rule], weights: bool, keep) -> None:
     """Audit again with the list kept: a finding still there is no float32 node's to fix; an entry whose findings
     all stay is no entry."""
     kept = [n for e in result.entries for n in e.nodes]
     resolver = DtypeResolver(result.graph, result.target, result.keep_fp32, result.converter, keep_nodes=kept)
-    stay = {(f.rule_id, f.node_name): f for f in static_findings(result.graph, resolver, rules, result.model, weights)}
+    stay = {(m.finding.rule_id, id(m.site.node)) for m in
+            static_matches(result.graph, resolver, rules, result.model, weights, keep)}
     entries = []
     for entry in result.entries:
-        fixed = [(f, r) for f, r in zip(entry.findings, entry.reasons) if (f.rule_id, f.node_name) not in stay]
-        result.not_fixed += [f for f in entry.findings if (f.rule_id, f.node_name) in stay]
+        fixed = [(f, r) for f, r, n in zip(entry.findings, entry.reasons, entry.sites)
+                 if (f.rule_id, id(n)) not in stay]
+        result.not_fixed += [f for f, n in zip(entry.findings, entry.sites) if (f.rule_id, id(n)) in stay]
         if fixed:
             entry.findings, entry.reasons = [f for f, _ in fixed], [r for _, r in fixed]
             entries.append(entry)

@@ -56,8 +56,10 @@ class NormChains:
         return self._of.get(id(node))
 
     def _chain(self, site: Node) -> list[Node]:
-        # the site is the eps Add (or guard, or the root itself); the divisions by the root follow it
-        near = _closure([site], _consumers, 4)
+        # the site is the eps Add (or guard, or the root itself); the divisions by the root follow it. The walk
+        # stops at a division (Div, or the Mul of an rsqrt): past it is the next layer, and a norm right after this
+        # one (its centring Sub reads this division) would otherwise lend its division to this chain
+        near = _closure([site], lambda n: [] if n.op_type in ("Div", "Mul") and n is not site else _consumers(n), 4)
         seeds = [n for n in self.graph.nodes if id(n) in near and (id(n) in self._claimed or n is site)]
         ends = [n for n in seeds if n.op_type in ("Div", "Mul", "Reciprocal")] or [max(seeds, key=lambda n: self._order[id(n)])]
         upstream = _closure(ends, producers, _DEPTH)

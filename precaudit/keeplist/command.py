@@ -3,24 +3,32 @@
 from __future__ import annotations
 
 import sys
+
 from ..config import load_settings
 from ..dtypes import format_named
 from ..errors import InputError
 from ..options import TorchOptions, TraceOptions
 
-__all__ = ["keep_list_report"]
+__all__ = ["keep_list_report", "build_checked", "check_printed"]
 
 
 def keep_list_report(model: str, given: dict, target_for: str | None, torch_options: TorchOptions,
                      trace: TraceOptions | None, tolerance: float, max_runs: int, output_format: str) -> tuple[str, int]:
     """The report text and the exit code. given holds the flags the user typed (dtype, keep_fp32, rules), over the
     pyproject."""
-    from ..rules.loader import load_rules
-    from ..selection import active_rules
-    from . import FOR_TARGETS, build_keep_list
-    from .render import render_json, render_text
-
     settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
+    keep = build_checked(model, settings, target_for, torch_options, trace, tolerance, max_runs,
+                         progress=_progress if trace is not None and trace.progress else None)
+    return (keep.to_json() if output_format == "json" else keep.to_text()), keep.exit_code
+
+
+def build_checked(model: str, settings, target_for: str | None, torch_options: TorchOptions | None,
+                  trace: TraceOptions | None, tolerance: float, max_runs: int, progress=None):
+    """The keep-list of one model with its snippet run as printed: what the command and the Python API return."""
+    from ..rules.loader import load_rules
+    from ..selection import active_rules, drop_ignored
+    from . import FOR_TARGETS, build_keep_list
+
     if target_for is None:
         raise InputError(None, f"keep-list needs --for: one of {', '.join(FOR_TARGETS)}")
     try:
@@ -30,11 +38,17 @@ def keep_list_report(model: str, given: dict, target_for: str | None, torch_opti
     if not 0 < tolerance < float("inf"):
         raise InputError(None, f"--tolerance must be a positive number, got {tolerance}")
     rules = active_rules(load_rules(settings.rules), settings.select, settings.ignore, settings.preview)
+    by_id = {r.id: r for r in rules}
+
+    def ignored(findings):  # the pyproject's per-model and per-node ignores, as check and fix apply them
+        return drop_ignored(findings, by_id, settings.per_model_ignores, settings.per_node_ignores,
+                            settings.project_root)
+
     keep = build_keep_list(model, target, target_for, settings.keep_fp32, rules, torch_options, trace, tolerance,
-                           max_runs, progress=_progress if trace is not None and trace.progress else None)
+                           max_runs, progress=progress, keep=ignored)
     if not keep.pytorch:
         check_printed(keep, rules)
-    return (render_json(keep) if output_format == "json" else render_text(keep)), keep.exit_code
+    return keep
 
 
 def check_printed(keep, rules) -> None:

@@ -116,7 +116,7 @@ def _session(path: str, check: SnippetCheck):
 def _error_findings(path: str, target, rules) -> list[str]:
     """The error findings of a static audit of the converted model, as it is stored (it runs as written)."""
     from ..analysis.compute_dtype import DtypeResolver
-    from ..audit import load_graph
+    from ..audit_models import load_graph
     from . import static_findings
 
     graph = load_graph(path, None, target.name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..audit import AuditResult
+from ..audit_models import AuditResult
 from ..baseline import BaselineMatch
 from ..rules.loader import Rule
 
@@ -23,3 +23,4 @@ class Outcome:
     root: Path                     # the repository root: SARIF and annotations need paths relative to it
     ignored: int = 0               # findings dropped by per-model or per-node ignores
     baseline: BaselineMatch | None = None
+    written_to_baseline: int = 0   # --write-baseline: how many findings the baseline now holds

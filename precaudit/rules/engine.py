@@ -2,23 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 from ..analysis.sites import Site
 from ..finding import Finding
 from .condition import ConditionError, render
 from .loader import Rule
 
-__all__ = ["apply_rules", "holds"]
+__all__ = ["apply_rules", "match_rules", "holds", "Match"]
+
+
+class Match(NamedTuple):
+    """A rule that fired, the site it fired on (its node is the finding's, by identity) and the finding."""
+
+    rule: Rule
+    site: Site
+    finding: Finding
 
 
 def apply_rules(rules: Iterable[Rule], sites: list[Site], model: str) -> list[Finding]:
     """Every (rule, site) pair whose condition holds, in site order then rule id."""
+    return [m.finding for m in match_rules(rules, sites, model)]
+
+
+def match_rules(rules: Iterable[Rule], sites: list[Site], model: str) -> list[Match]:
+    """apply_rules with the rule and the site of each finding: keep-list and fix act on the site's node."""
     by_kind: dict[str, list[Rule]] = {}  # the rules that judge each site kind, in the order given
     for rule in rules:
         for kind in dict.fromkeys(rule.sites):
             by_kind.setdefault(kind, []).append(rule)
-    findings: list[Finding] = []
+    findings: list[Match] = []
     for site in sites:
         for rule in by_kind.get(site.kind, ()):
             if site.rule_id is not None and site.rule_id != rule.id:
@@ -27,7 +40,7 @@ def apply_rules(rules: Iterable[Rule], sites: list[Site], model: str) -> list[Fi
                 continue
             env = {**site.facts, **rule.params}
             if holds(rule, env, site.node.name):
-                findings.append(_finding(rule, site, env, model))
+                findings.append(Match(rule, site, _finding(rule, site, env, model)))
     return findings
 
 

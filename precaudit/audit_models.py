@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .analysis.compute_dtype import DtypeResolver
 from .analysis.collect import collect_sites
@@ -17,7 +17,7 @@ from .finding import Finding
 from .frontends.onnx import load_onnx
 from .ir import Graph
 from .options import TorchOptions, TraceOptions
-from .rules.engine import apply_rules
+from .rules.engine import Match, apply_rules, match_rules
 from .rules.loader import Rule
 from .suppress import drop_suppressed
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .report.dtype_map import NodeDtype
     from .trace import TraceRun
 
-__all__ = ["AuditResult", "audit_models", "load_graph"]
+__all__ = ["AuditResult", "audit_models", "load_graph", "static_matches"]
 
 
 @dataclass
@@ -70,6 +70,22 @@ def _collector_paused(pause: bool = True):
         yield
     finally:
         gc.enable()
+
+
+def static_matches(graph: Graph, resolver: DtypeResolver, rules: list[Rule], path: str, weights: bool = False,
+                   keep: Callable[[list[Finding]], list[Finding]] | None = None) -> list[Match]:
+    """The static pass over one graph, as every command runs it: sites (weights too when asked), the rules, then
+    the inline suppressions and, where given, the configured ignores (keep). Each finding with its rule and site."""
+    patterns = {rule.id: rule.pattern for rule in rules if rule.pattern is not None}
+    sites = collect_sites(graph, resolver, patterns)
+    if weights:
+        sites += find_weight_sites(graph, resolver)
+    matches = match_rules(rules, sites, path)
+    counted = drop_suppressed([m.finding for m in matches])
+    if keep is not None:
+        counted = keep(counted)
+    kept = {id(f) for f in counted}
+    return [m for m in matches if id(m.finding) in kept]
 
 
 def _traced(path: str, graph: Graph, resolver: DtypeResolver, trace: TraceOptions,
