@@ -12,18 +12,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__
-from .cli_parser import COMMANDS, UsageError, parser_for, top_help
 
 if TYPE_CHECKING:  # the heavy modules load only when a command needs them, so --version stays instant
     from .config import Settings
     from .dtypes import Format
-    from .options import TorchOptions, TraceOptions
     from .report.outcome import Outcome
     from .rules.loader import Rule
 
 __all__ = ["main"]
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+_COMMAND_NAMES = ("check", "rules", "explain", "match", "keep-list", "fix")  # cli_app.COMMANDS, without importing it
+_APP_OPTIONS = ("--install-completion", "--show-completion")  # typer's own, for the app, not for check
+
+
+class UsageError(Exception):
+    """The command line itself is wrong: one line, exit 2."""
 
 
 def _bad_value(option: str, problem: str) -> UsageError:
@@ -291,10 +295,12 @@ def _note_named_inputs(models: list[str], settings: Settings, inputs: list[str])
     from .files import note_read
     from .frontends.torch_input import is_torch_input, torch_input_files
 
-    named = [*inputs, *settings.rules, settings.baseline, settings.config_file]
+    named: list[str | Path | None] = [*inputs, *settings.rules, settings.baseline, settings.config_file]
     for spec in models:  # model.py:factory reads model.py
         named.extend(torch_input_files(spec) if is_torch_input(spec) and not os.path.lexists(spec) else [spec])
-    for item in filter(None, named):
+    for item in named:
+        if not item:
+            continue
         path = Path(item)
         for file in (path.glob("*.y*ml") if path.is_dir() else [path]):
             note_read(file)
@@ -342,30 +348,37 @@ def _color_ok(no_color: bool) -> bool:
     return not no_color and "NO_COLOR" not in os.environ and sys.stdout is not None and sys.stdout.isatty()
 
 
-_FUNCTIONS = {"check": check, "rules": list_rules, "explain": explain, "match": match, "keep-list": keep_list,
-              "fix": fix}
-
-
 def _dispatch(args: list[str]) -> int:
     """`precaudit MODEL ...` is `precaudit check MODEL ...`; a command's own name picks the others."""
+    if args and args[0] == "--version":  # before typer is imported: instant
+        _write_stdout(f"precaudit {__version__}\n")
+        return EXIT_CLEAN
+    from .cli_app import top_help
+
     if not args:  # a bare `precaudit` is a usage error that shows what to type
         sys.stderr.write(top_help())
         return EXIT_ERROR
     if args[0] in ("-h", "--help"):
         _write_stdout(top_help())
         return EXIT_CLEAN
-    if args[0] == "--version":
-        _write_stdout(f"precaudit {__version__}\n")
-        return EXIT_CLEAN
-    command = args[0] if args[0] in COMMANDS else "check"
-    rest = args[1:] if args[0] in COMMANDS else args
-    parser = parser_for(command)
+    if args[0] not in _COMMAND_NAMES and args[0] not in _APP_OPTIONS:
+        args = ["check", *args]
+    import typer
+    import typer.main
+
+    from .cli_app import app
+
+    command = typer.main.get_command(app())
     try:
-        # intermixed: options may come before, between and after the models, as they may on any modern CLI
-        options = parser.parse_intermixed_args(rest)
-    except SystemExit as exc:  # --help printed the command's options
-        return EXIT_CLEAN if exc.code in (0, None) else EXIT_ERROR
-    return _FUNCTIONS[command](**vars(options))
+        code = command.main(args, prog_name="precaudit", standalone_mode=False)
+    except typer.Exit as exc:  # --help, --install-completion: printed already
+        return EXIT_CLEAN if getattr(exc, "exit_code", 0) in (0, None) else EXIT_ERROR
+    except typer.Abort:
+        raise KeyboardInterrupt from None
+    except typer.TyperException as exc:  # a usage error (typer's own click): said in one line by main
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        raise UsageError(message) from None
+    return EXIT_CLEAN if code is None else int(code)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[no-redef]  # the same API under its pre-3.11 name
 
 from .converters import CONVERTER_NAMES
 from .dtypes import format_named
@@ -177,7 +177,7 @@ def _strings(value: Any) -> bool:
 
 def _relative_to(folder: Path, value: str | list[str]) -> str | list[str]:
     if isinstance(value, list):
-        return [_relative_to(folder, v) for v in value]
+        return [str(_relative_to(folder, v)) for v in value]
     return value if Path(value).is_absolute() else _display(folder / value)
 
 

@@ -284,10 +284,11 @@ def test_options_may_come_between_and_after_the_models(underflow, subnormal, tmp
 
 
 @pytest.mark.parametrize("args,says", [
-    (["--samples", "x"], "argument --samples: 'x' is not an integer"),
+    (["--samples", "x"], "Invalid value for '--samples': Input should be a valid integer"),
     (["--fail-on", "sometimes"], "'sometimes' is not one of 'error', 'warning', 'info', 'never'"),
-    (["--jobs", "0"], "argument --jobs/-j: 0 is not in the range x>=1"),
-    (["--output"], "argument --output/-o: expected one argument"),
+    (["--jobs", "0"], "Invalid value for '--jobs' / '-j': Input should be greater than or equal to 1"),
+    (["--output"], "Option '--output' requires an argument."),
+    (["--bogus"], "No such option: --bogus"),
 ])
 def test_bad_option_values_are_one_line_naming_the_option(underflow, capsys, args, says):
     assert main([str(underflow), *args]) == 2

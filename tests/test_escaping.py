@@ -207,7 +207,7 @@ def test_error_quoting_a_hostile_name_is_one_stderr_line(tmp_path, monkeypatch, 
 
 @pytest.mark.parametrize("name", ["missing.onnx", "garbage.onnx"])
 def test_a_typed_path_with_a_newline_is_one_stderr_line(tmp_path, monkeypatch, capsys, name):
-    folder = tmp_path / f"dir\n  error   PA000 FAKE\x1b[2J"
+    folder = tmp_path / "dir\n  error   PA000 FAKE\x1b[2J"
     folder.mkdir()
     (folder / "garbage.onnx").write_bytes(b"\x08\x01\x12\xff not protobuf")
     monkeypatch.chdir(tmp_path)

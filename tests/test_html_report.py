@@ -183,7 +183,7 @@ def test_hostile_names_are_escaped(tmp_path):
                                             "h2", "h3", "p", "b", "i", "div", "nav", "a", "section", "dl", "dt", "dd",
                                             "span", "table", "thead", "tbody", "tr", "th", "td", "br", "small", "code",
                                             "select", "option", "label", "input", "svg", "g", "rect", "line", "path",
-                                            "text", "tspan", "title", "circle", "details", "summary", "sub", "sup", "script"}
+                                            "text", "tspan", "circle", "details", "summary", "sub", "sup", "script"}
     shown = "/<script>alert(1)</script>\"><img src=http://evil.example/x.png onerror=alert(2)>\\u202e&amp;"
     rows = list(next(root.iter("table", id="findings-table")).iter("tr"))[1:]
     assert rows and all(r.attrs["data-node"].startswith(shown + "/") for r in rows)

@@ -63,7 +63,7 @@ def test_one_process_holds_one_models_graph_at_a_time(models, monkeypatch, capsy
     the next model loads, so memory is one model's, not the sum of all before it."""
     import weakref
 
-    from precaudit import audit
+    from precaudit import audit_models as audit
 
     loaded, alive_at_load = [], []
     real = audit.load_graph

@@ -192,7 +192,7 @@ def test_segments_read_at_most_their_weight_budget_and_hold_nothing_after_the_la
 
     def recording(self, start, end, emu, ref):
         segment = build(self, start, end, emu, ref)
-        built.append(segment)
+        built.append(segment)  # noqa: F821 - the name is deleted only after the last call
         return segment
     ort_engine.OrtSegments._build_range = recording
     try:

@@ -60,8 +60,9 @@ def quantization(graph: Graph) -> Quantization | None:
                 continue
         if any(v.dtype in _FLOATS for v in node.outputs if v is not None):
             found.float_nodes += 1
-        if node.op_type == "Cast" and node.input(0) is not None:
-            producer = node.inputs[0].producer
+        source = node.input(0)
+        if node.op_type == "Cast" and source is not None:
+            producer = source.producer
             if producer is not None and producer.op_type in _ACCUMULATORS:
                 found.accumulator_casts.append(node.name)
     return found if found.ops else None

@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-import numpy as np
-
 from ..analysis.compute_dtype import DtypeResolver
 from ..audit_models import static_matches
 from ..converters import PLAIN, Converter, converter_named

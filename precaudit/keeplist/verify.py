@@ -13,7 +13,6 @@ from ..analysis.compute_dtype import DtypeResolver
 from ..converters import Converter
 from ..dtypes import Format
 from ..ir import Graph, Node
-from ..options import TraceOptions
 from .chains import NormChains, error_entry, overflow_closure, producers
 
 __all__ = ["Run", "Verification", "emulate", "verify"]
@@ -165,9 +164,10 @@ def _next_entry(current: Run, kept: list[Node], chains: NormChains, tolerance: f
         nodes = chains.of(origin) or overflow_closure(origin, current.too_large)
         why = f"the first inf/NaN starts at '{origin.name}' ({origin.op_type})"
     else:
-        origin = error_entry(chains.graph, current.rel_error, tolerance)
-        if origin is None:
+        entry = error_entry(chains.graph, current.rel_error, tolerance)
+        if entry is None:
             return None
+        origin = entry
         nodes = chains.of(origin) or [origin]
         why = f"the output error ({current.error:.3g}) enters at '{origin.name}' ({origin.op_type})"
     fresh = [n for n in nodes if id(n) not in held]

@@ -226,8 +226,8 @@ def _table_size(value: Value) -> int | None:
         current = frontier.pop()
         seen += 1
         for user in current.consumers:
-            if user.op_type == "Gather" and user.input(1) is current and user.input(0) is not None:
-                table = user.inputs[0]
+            table = user.input(0)
+            if user.op_type == "Gather" and user.input(1) is current and table is not None:
                 axis = int(user.attr("axis", 0))
                 if table.shape and isinstance(table.shape[axis], int):
                     sizes.append(table.shape[axis])
@@ -267,7 +267,7 @@ def _checked(value: Value, array: np.ndarray, path: str) -> np.ndarray:
     if is_float and array.dtype.kind not in "fiu" or not is_float and array.dtype.kind not in "iub":
         raise InputError(path, f"input '{value.name}': array of {array.dtype} where the model expects {value.dtype}")
     if is_float:  # numpy.savez writes float64 by default: the model's input dtype is what it runs on
-        want = _NP_FLOAT.get(value.dtype)
+        want = _NP_FLOAT.get(value.dtype or "")
         return array.astype(want) if want is not None else array.astype(np.float32) if array.dtype.kind != "f" else array
     return array.astype(np.dtype(value.dtype)) if value.dtype and value.dtype != "bool" else array
 
