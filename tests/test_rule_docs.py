@@ -31,10 +31,10 @@ def small_eps_model(tmp_path):
 def test_rules_lists_every_rule_with_severity_and_default(capsys):
     assert main(["rules"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["id", "name", "severity", "default", "summary"]
-    rows = {line.split()[0]: line.split()[:4] for line in lines[1:]}
-    assert rows["PA101"] == ["PA101", "eps-underflow", "error", "on"]
-    assert rows["PA102"] == ["PA102", "eps-subnormal", "warning", "on"]
+    assert lines[0].split() == ["id", "name", "severity", "default", "fix", "summary"]
+    rows = {line.split()[0]: line.split()[:5] for line in lines[1:]}
+    assert rows["PA101"] == ["PA101", "eps-underflow", "error", "on", "eps-raise"]
+    assert rows["PA102"] == ["PA102", "eps-subnormal", "warning", "on", "eps-raise"]
     assert set(rows) == {r.id for r in load_rules()}
 
 

@@ -84,7 +84,7 @@ def mask_fill(ctx: Context, group: Group) -> Repair | str:
     others = [r for r in readers if r is not node]
     also = f"; also read by {', '.join(repr(printable(r.name)) for r in others)}" if others else ""
     side = "min" if number < 0 else "max"
-    return Repair("mask-fill", node, ["PA209"], f"fill {number:.4g} ({facts.get('source')}), "
+    return Repair("mask-fill", node, sorted(group.ids), f"fill {number:.4g} ({facts.get('source')}), "
                   f"{facts.get('value_rounded')} in {facts.get('compute_dtype')}",
                   f"fill {fill:g}, finfo({target.long_name}).{side} (new {edit.constant_word} '{printable(name)}'{also})",
                   f"exact at the softmax{' ' + repr(printable(softmax.name)) if softmax is not None else ''}: a masked "

@@ -19,23 +19,12 @@ from .softmax import log_sigmoid, log_softmax, logsumexp_shift, max_shift
 
 __all__ = ["audit_pairs", "plan_repairs"]
 
-_PATTERN: dict[str, Callable[[Context, Group], Repair | str]] = {
-    "PA201": log_softmax, "PA202": log_sigmoid, "PA203": max_shift, "PA204": logsumexp_shift,
+# repair kind (a rule's `repair:` key, precaudit/repairs.py) -> the code that makes it for one finding's node
+_REPAIRS: dict[str, Callable[[Context, Group], Repair | str]] = {
+    "log-softmax": log_softmax, "log-sigmoid": log_sigmoid, "max-shift": max_shift,
+    "logsumexp-shift": logsumexp_shift, "mask-fill": mask_fill,
 }
-_GUARDS = ("PA301", "PA302", "PA303", "PA304")
-_LEFT = {
-    "PA205": "E[x²] − E[x]² is rewritten by hand as E[(x − E[x])²] (or a fused LayerNormalization)",
-    "PA206": "ONNX has no Log1p op: log(1 + x) stays; where it matters, Kahan's log(u)·x/(u − 1) with u = 1 + x "
-             "(x where u == 1) computes it in any dtype",
-    "PA207": "ONNX has no Expm1 op: exp(x) − 1 stays; where it matters, (u − 1)·x/log(u) with u = exp(x) (x where "
-             "u == 1) computes it in any dtype",
-    "PA212": "a weight beyond the target's range is the model's own number: keep its reader in float32 "
-             "(precaudit keep-list) or rescale it",
-    "PA213": "tiny weights are the model's own numbers: keep their reader in float32 (precaudit keep-list)",
-    "PA214": "a long float16 sum: keep the reduction in float32 (precaudit keep-list)",
-    "PA215": "the converter clamps every constant it converts: no number written in the file survives; pass "
-             "max_finite_val=65504 to it or keep the node in float32 (precaudit keep-list)",
-}
+
 
 def audit_pairs(graph: Graph, resolver: DtypeResolver, rules: list[Rule], path: str,
                 keep: Callable[[list[Finding]], list[Finding]] | None = None) -> list[tuple[Rule, Site, Finding]]:
@@ -71,23 +60,23 @@ def _plan_group(ctx: Context, group: Group, plan: Plan) -> None:
         plan.repairs += repairs
         plan.skipped += skipped
     rest = [(r, s) for r, s in group.pairs if s.kind != "norm"]
-    guards = [(r, s) for r, s in rest if r.id in _GUARDS]
+    guards = [(r, s) for r, s in rest if r.repair == "guard"]
     if guards:
         made = guard(ctx, Group(node, guards), sorted({r.id for r, _ in guards}))
         _record(plan, Group(node, guards), made)
     for rule, site in rest:
-        if rule.id in _GUARDS:
+        if rule.repair == "guard":
             continue
         one = Group(node, [(rule, site)])
-        if rule.id in _PATTERN:
-            _record(plan, one, _PATTERN[rule.id](ctx, one))
-        elif rule.id == "PA209":
-            _record(plan, one, mask_fill(ctx, one))
-        elif rule.id in _LEFT:
-            plan.skipped.append(Skipped(rule.id, rule.name, node, _LEFT[rule.id],
-                                        [node.name] if rule.id in ("PA212", "PA213", "PA214", "PA215") else []))
+        if rule.repair in _REPAIRS:
+            _record(plan, one, _REPAIRS[rule.repair](ctx, one))
+        elif rule.no_repair:
+            plan.skipped.append(Skipped(rule.id, rule.name, node, rule.no_repair,
+                                        [node.name] if rule.keep_instead else []))
         else:
-            plan.skipped.append(Skipped(rule.id, rule.name, node, f"fix has no repair for {rule.id}"))
+            plan.skipped.append(Skipped(rule.id, rule.name, node, f"fix has no repair for {rule.id}"
+                                        + (f" (its repair '{rule.repair}' does not apply to a {site.kind} site)"
+                                           if rule.repair else "")))
 
 
 def _record(plan: Plan, group: Group, made: Repair | Left | str) -> None:

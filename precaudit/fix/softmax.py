@@ -83,7 +83,7 @@ def log_softmax(ctx: Context, group: Group) -> Repair | str:
 
     edit.touched.add(id(log))
     where = f"axis {axis}" if axis is not None else "the default axis"
-    return Repair("log-softmax", log, ["PA201"], f"Log(Softmax(x)) at '{printable(log.name)}'",
+    return Repair("log-softmax", log, sorted(group.ids), f"Log(Softmax(x)) at '{printable(log.name)}'",
                   f"LogSoftmax(x, {where}) (the same node, op changed; Softmax "
                   f"'{printable(softmax.name)}' removed if nothing else reads it)", _EXACT_WORDS,
                   Check("exact", value=_compared(log)), apply, nodes=[log.name],
@@ -113,7 +113,7 @@ def log_sigmoid(ctx: Context, group: Group) -> Repair | str:
         edit.orphan(sigmoid, *_casts_between(log.input(0)))
 
     edit.touched.add(id(log))
-    return Repair("log-sigmoid", log, ["PA202"], f"Log(Sigmoid(x)) at '{printable(log.name)}'",
+    return Repair("log-sigmoid", log, sorted(group.ids), f"Log(Sigmoid(x)) at '{printable(log.name)}'",
                   f"-Softplus(-x) (new Neg '{printable(neg.name)}' → Softplus '{printable(softplus.name)}'; "
                   f"'{printable(log.name)}' becomes the outer Neg)", _EXACT_WORDS,
                   Check("exact", value=_compared(log)), apply, nodes=[neg.name, softplus.name, log.name],
@@ -203,7 +203,7 @@ def max_shift(ctx: Context, group: Group) -> Repair | str:
         _shift_exp(edit, exp, nodes, inits, shifted)
 
     edit.touched.update({id(div), id(exp)})
-    return Repair("max-shift", div, ["PA203"], f"exp(x) / sum(exp(x)) at '{printable(div.name)}'",
+    return Repair("max-shift", div, sorted(group.ids), f"exp(x) / sum(exp(x)) at '{printable(div.name)}'",
                   f"exp(x - max(x)) / sum(exp(x - max(x))) (new ReduceMax '{printable(nodes[0].name)}' and Sub "
                   f"'{printable(nodes[1].name)}' before Exp '{printable(exp.name)}')", _EXACT_WORDS,
                   Check("exact", value=_compared(div)), apply, nodes=[n.name for n in nodes],
@@ -246,7 +246,7 @@ def logsumexp_shift(ctx: Context, group: Group) -> Repair | str:
         edit.retyped(out.name)
 
     edit.touched.update({id(log), id(exp)})
-    return Repair("logsumexp-shift", log, ["PA204"], f"log(sum(exp(x))) at '{printable(log.name)}'",
+    return Repair("logsumexp-shift", log, sorted(group.ids), f"log(sum(exp(x))) at '{printable(log.name)}'",
                   f"max(x) + log(sum(exp(x - max(x)))) (new ReduceMax '{printable(nodes[0].name)}', Sub "
                   f"'{printable(nodes[1].name)}' before Exp '{printable(exp.name)}', Add '{printable(add.name)}' "
                   f"after the Log, which makes '{printable(out.name)}' as before)", _EXACT_WORDS,

@@ -43,7 +43,7 @@ _PARAM_INT = 1 << 63        # an int param is a 64-bit integer; write a float fo
 _ID = re.compile(r"^[A-Z]{2,}[0-9]{3}$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _REQUIRED = ("id", "name", "severity", "summary", "condition", "message", "fix")
-_OPTIONAL = ("sites", "pattern", "description", "ops", "params", "references", "example", "preview")
+_OPTIONAL = ("sites", "pattern", "description", "ops", "params", "references", "example", "preview", "repair")
 # What a user file may say about a built-in rule it overrides (same id, no name).
 _OVERRIDABLE = ("severity", "params", "preview", "message", "fix", "condition", "ops", "references")
 # (a user's override may not change sites or pattern: what a rule looks at is part of its identity)
@@ -70,6 +70,11 @@ class Rule:
     preview: bool = False
     source: str = ""  # the file the rule (or its last override) came from
     pattern: OpP | None = None  # an op pattern that makes the rule's own sites, instead of site kinds
+    # how `precaudit fix` answers the rule's findings: a repair kind (precaudit/repairs.py), or None with the reason
+    # it has none (repair: {none: "why"}); neither: fix says it has no repair for the rule
+    repair: str | None = None
+    no_repair: str | None = None
+    keep_instead: bool = False  # with no_repair: keeping the node in float32 is the answer (keep-list)
     where: dict[str, tuple[str, int]] = field(default_factory=dict)  # key -> (file, line) it was last set in
 
     def located(self, key: str, problem: str) -> InputError:
@@ -314,6 +319,8 @@ def _check_types(data: dict, path: Path, lines: dict[str, int]) -> None:
             raise fail(key, f"'{key}' must be a list of strings, got {kind_of(value)}")
         if key == "preview" and not isinstance(value, bool):
             raise fail(key, f"'preview' must be true or false, got {kind_of(value)}")
+        if key == "repair":
+            _check_repair(value, lambda problem: fail(key, problem))
         if key == "severity" and not (isinstance(value, str) and value in SEVERITIES):
             raise fail(key, f"'severity' must be one of {', '.join(SEVERITIES)}; got {_brief(repr(value))}")
         if key == "params" and value is not None:
@@ -325,6 +332,25 @@ def _check_types(data: dict, path: Path, lines: dict[str, int]) -> None:
 def _strings(value: Any, single_allowed: bool) -> bool:
     items = [value] if single_allowed and isinstance(value, str) else value
     return isinstance(items, list) and all(isinstance(v, str) and v for v in items)
+
+
+def _check_repair(value: Any, fail) -> None:
+    """repair: a kind fix knows, or {none: "why there is none"}."""
+    from ..repairs import REPAIR_KINDS
+
+    if isinstance(value, str):
+        if value not in REPAIR_KINDS:
+            raise fail(f"unknown repair kind {_brief(repr(value))}; choose from {', '.join(REPAIR_KINDS)}, or "
+                       "{none: \"why not\"}")
+        return
+    if (isinstance(value, dict) and "none" in value and set(value) <= {"none", "keep-fp32"}
+            and isinstance(value["none"], str) and value["none"].strip()
+            and isinstance(value.get("keep-fp32", False), bool)):
+        if len(value["none"]) > MAX_PARAM_CHARS:
+            raise fail(f"the repair's reason is {len(value['none'])} characters; at most {MAX_PARAM_CHARS}")
+        return
+    raise fail(f"'repair' must be a repair kind or {{none: \"why not\"}} (with keep-fp32: true where keeping the "
+               f"node in float32 is the answer), got {kind_of(value)}")
 
 
 def _check_params(params: Any, fail) -> None:
@@ -413,7 +439,10 @@ def _build(data: dict, path: Path, where: dict[str, tuple[str, int]]) -> Rule:
                 description=(data.get("description") or "").strip(), ops=[ops] if isinstance(ops, str) else list(ops),
                 params=params, references=list(data.get("references") or []),
                 example=(data.get("example") or "").strip(), preview=data.get("preview", False),
-                source=str(path), pattern=pattern, where=where)
+                source=str(path), pattern=pattern, where=where,
+                repair=data["repair"] if isinstance(data.get("repair"), str) else None,
+                no_repair=data["repair"]["none"].strip() if isinstance(data.get("repair"), dict) else None,
+                keep_instead=isinstance(data.get("repair"), dict) and data["repair"].get("keep-fp32", False))
 
 
 def _template(data: dict, key: str, fail) -> set[str]:
