@@ -18,6 +18,7 @@ class Format:
     name: str  # canonical CLI name, e.g. "fp16"
     long_name: str  # what users read in messages, e.g. "float16"
     np_dtype: np.dtype
+    onnx_type: int  # its ONNX TensorProto element type (numbers fixed by onnx.proto: FLOAT16 = 10, ...)
     max: float
     smallest_normal: float
     smallest_subnormal: float
@@ -25,6 +26,11 @@ class Format:
     exp_overflow: float  # x above which exp(x) exceeds max
     square_overflow: float  # |x| above which x*x exceeds max
     overflow_threshold: float  # |x| from which rounding gives inf (or NaN): max plus half an ulp at max
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return self.np_dtype.itemsize
 
     def numbers(self) -> dict[str, float | str]:
         """The format's numbers as rule-condition names (fmt_max, fmt_smallest_normal, ...)."""
@@ -39,7 +45,7 @@ class Format:
         }
 
 
-def _make(name: str, long_name: str, dtype) -> Format:
+def _make(name: str, long_name: str, dtype, onnx_type: int) -> Format:
     dt = np.dtype(dtype)
     fi = ml_dtypes.finfo(dt)  # handles numpy's own floats too
     fmax = float(fi.max)
@@ -48,6 +54,7 @@ def _make(name: str, long_name: str, dtype) -> Format:
         name=name,
         long_name=long_name,
         np_dtype=dt,
+        onnx_type=onnx_type,
         max=fmax,
         smallest_normal=float(fi.smallest_normal),
         smallest_subnormal=float(fi.smallest_subnormal),
@@ -61,12 +68,14 @@ def _make(name: str, long_name: str, dtype) -> Format:
 FORMATS: dict[str, Format] = {
     f.name: f
     for f in (
-        _make("fp16", "float16", np.float16),
-        _make("bf16", "bfloat16", ml_dtypes.bfloat16),
-        _make("fp8-e4m3", "float8_e4m3fn", ml_dtypes.float8_e4m3fn),
-        _make("fp8-e5m2", "float8_e5m2", ml_dtypes.float8_e5m2),
-        _make("fp32", "float32", np.float32),
-        _make("fp64", "float64", np.float64),
+        # the ONNX element types are onnx.proto's numbers, written out: importing onnx here would cost
+        # `precaudit rules` and every import of this module the onnx package
+        _make("fp16", "float16", np.float16, 10),
+        _make("bf16", "bfloat16", ml_dtypes.bfloat16, 16),
+        _make("fp8-e4m3", "float8_e4m3fn", ml_dtypes.float8_e4m3fn, 17),
+        _make("fp8-e5m2", "float8_e5m2", ml_dtypes.float8_e5m2, 19),
+        _make("fp32", "float32", np.float32, 1),
+        _make("fp64", "float64", np.float64, 11),
     )
 }
 
@@ -122,11 +131,9 @@ def classify(value: float, fmt: Format) -> str:
     return "normal"
 
 
-# ONNX TensorProto element types of the float formats (numbers fixed by onnx.proto).
-_ONNX_FLOAT_TYPES = {1: "fp32", 10: "fp16", 11: "fp64", 16: "bf16", 17: "fp8-e4m3", 19: "fp8-e5m2"}
+_BY_ONNX_TYPE = {f.onnx_type: f for f in FORMATS.values()}
 
 
 def format_of_onnx_type(elem_type: int) -> Format | None:
     """The Format of an ONNX tensor element type, or None for non-float types."""
-    name = _ONNX_FLOAT_TYPES.get(elem_type)
-    return FORMATS[name] if name else None
+    return _BY_ONNX_TYPE.get(elem_type)

@@ -1,4 +1,4 @@
-"""Deep graphs (issue 10): thousands of nodes in a row, audited without an internal error.
+"""Deep graphs: thousands of nodes in a row, audited without an internal error.
 
 Every walk along producers, consumers and bodies is iterative, so a graph far deeper than Python's recursion
 limit audits like a short one. The chains here are 10,000 nodes long at the default recursion limit (1000):

@@ -1,4 +1,4 @@
-"""The format table and rounding agree with the numbers engineers check by hand (DESIGN §2)."""
+"""The format table and rounding agree with the numbers engineers check by hand (ml_dtypes.finfo)."""
 
 import math
 
@@ -59,3 +59,18 @@ def test_overflow_threshold_is_where_rounding_leaves_the_range(name):
     quarter_ulp = (f.overflow_threshold - f.max) / 2
     assert round_to_format(f.max + quarter_ulp, f) == f.max  # still rounds back down to max
     assert not math.isfinite(round_to_format(f.overflow_threshold + quarter_ulp, f))
+
+
+def test_each_format_knows_its_onnx_element_type_and_item_size():
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    from precaudit.dtypes import FORMATS, format_of_onnx_type
+
+    expected = {"fp16": T.FLOAT16, "bf16": T.BFLOAT16, "fp8-e4m3": T.FLOAT8E4M3FN, "fp8-e5m2": T.FLOAT8E5M2,
+                "fp32": T.FLOAT, "fp64": T.DOUBLE}
+    assert {name: f.onnx_type for name, f in FORMATS.items()} == expected
+    for fmt in FORMATS.values():
+        assert format_of_onnx_type(fmt.onnx_type) is fmt
+        assert fmt.itemsize == helper.tensor_dtype_to_np_dtype(fmt.onnx_type).itemsize
+    assert format_of_onnx_type(T.INT64) is None

@@ -1,4 +1,4 @@
-"""Names from a model cannot forge report lines (issue 10): every format, as a user runs it.
+"""Names from a model cannot forge report lines: every format, as a user runs it.
 
 A hostile model names its nodes, its eps initializer and its stack-trace source file with line breaks, terminal
 escapes, XML-illegal control characters, a right-to-left override and GitHub workflow-command syntax. The text

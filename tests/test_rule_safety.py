@@ -1,4 +1,4 @@
-"""Rule files are code-like input from strangers (issue 10): each hostile one is one line naming its file and line,
+"""Rule files are code-like input from strangers: each hostile one is one line naming its file and line,
 exit 2, in bounded memory and time; never a traceback, an 'internal error', a hang or gigabytes.
 
 Every case runs in-process (capsys sees the exact stderr) under a guard: an alarm and an address-space limit a

@@ -1,4 +1,4 @@
-"""`precaudit fix`: minimal, local repairs of what the audit found, each checked (issue 12).
+"""`precaudit fix`: minimal, local repairs of what the audit found, each checked.
 
 One module per kind of repair — eps.py (raise an eps, move it inside the root, add a missing one, stash_type=1),
 softmax.py (LogSoftmax, -Softplus(-x), the max shift), guards.py (clamps), masks.py (mask fills), islands.py (a norm's

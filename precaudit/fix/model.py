@@ -20,6 +20,7 @@ import onnx.inliner
 from onnx import TensorProto as T
 from onnx import numpy_helper
 
+from ..dtypes import FORMATS
 from ..errors import InputError
 from ..files import open_regular
 from ..frontends.onnx_data import text
@@ -29,9 +30,8 @@ __all__ = ["Editable", "ELEM_OF", "elem_type", "external_tensors", "relocate_ext
 
 _MAX_MODEL_BYTES = 2 << 30
 
-# IR dtype names (dtypes.FORMATS keys) and ONNX element types, both ways
-ELEM_OF = {"fp16": T.FLOAT16, "bf16": T.BFLOAT16, "fp32": T.FLOAT, "fp64": T.DOUBLE,
-           "fp8-e4m3": T.FLOAT8E4M3FN, "fp8-e5m2": T.FLOAT8E5M2}
+# IR dtype names (dtypes.FORMATS keys) to ONNX element types
+ELEM_OF = {name: fmt.onnx_type for name, fmt in FORMATS.items()}
 
 
 def elem_type(dtype: str | None) -> int:

@@ -35,7 +35,7 @@ from ..dtypes import FORMATS
 from ..errors import InputError
 
 __all__ = ["DEVICES", "POLICY", "POLICY_TORCH", "AutocastPlan", "OpDtype", "plan_autocast", "registered_ops",
-           "policy_of", "preserve_casts", "autocast_dtype", "region", "cast_explicitly", "note_export"]
+           "policy_of", "preserve_casts", "region", "cast_explicitly", "note_export"]
 
 DEVICES = ("cuda", "cpu")
 _LOW = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -102,11 +102,6 @@ POLICY: dict[str, dict[str, tuple[str, ...]]] = {
         "promote": ("cat", "index_copy", "stack"),
     },
 }
-
-
-def autocast_dtype(target: str) -> torch.dtype:
-    """The autocast dtype of a --dtype (fp16, bf16); autocast knows no other."""
-    return _LOW[target]
 
 
 def registered_ops(device: str) -> frozenset[str]:

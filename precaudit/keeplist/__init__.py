@@ -1,5 +1,5 @@
 """`precaudit keep-list`: the nodes to keep in float32 for a converter, from the findings and, with --trace,
-verified by emulation (issue 12).
+verified by emulation.
 
 Static: every error or warning finding names a node; its entry is that node's whole norm chain (from the
 statistic's input to the division), or the node. A second audit with the list kept says which findings a
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 from ..analysis.compute_dtype import DtypeResolver
 from ..audit_models import static_matches
 from ..converters import PLAIN, Converter, converter_named
-from ..dtypes import Format
+from ..dtypes import FORMATS, Format
 from ..errors import InputError
 from ..finding import Finding
 from ..ir import Graph, Node
@@ -36,7 +36,6 @@ __all__ = ["FOR_TARGETS", "Entry", "KeepList", "build_keep_list", "static_findin
 FOR_TARGETS = ("onnxconverter-common", "onnxruntime", "olive", "modelopt", "pytorch", "torch-tensorrt")
 _PYTORCH_TARGETS = ("pytorch", "torch-tensorrt")
 _TWO_GB = 2 ** 31 - 1  # protobuf's limit on one serialized message
-_ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8, "fp8-e4m3": 1, "fp8-e5m2": 1}
 
 
 @dataclass
@@ -143,7 +142,8 @@ class KeepList:
             for v in node.inputs:
                 if v is not None and v.is_const and v.producer is None and id(v) not in seen:
                     seen.add(id(v))
-                    total += (v.const_size or 0) * _ITEMSIZE.get(v.dtype or "", 4)
+                    fmt = FORMATS.get(v.dtype or "")
+                    total += (v.const_size or 0) * (fmt.itemsize if fmt is not None else 4)
         return total > _TWO_GB
 
 

@@ -89,7 +89,7 @@ class Verification:
 def verify(graph: Graph, target: Format, converter: Converter, keep_fp32: list[str], static: list[Node],
            chains: NormChains, batches: list[dict[str, np.ndarray]], engine: str, tolerance: float,
            max_runs: int, progress: Callable[[str], None] | None = None) -> Verification:
-    """The loop of issue 12: add what the first inf/NaN (else the largest error) comes from, then prune."""
+    """Add what the first inf/NaN (else the largest error) comes from until the list verifies, then prune."""
     out = Verification()
 
     def run(nodes: list[Node], keep_io: bool) -> Run:
