@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from .analysis.compute_dtype import DtypeResolver
@@ -17,28 +16,15 @@ from .finding import Finding
 from .frontends.onnx import load_onnx
 from .ir import Graph
 from .options import TorchOptions, TraceOptions
+from .result import AuditResult
 from .rules.engine import Match, apply_rules, match_rules
 from .rules.loader import Rule
 from .suppress import drop_suppressed
 
 if TYPE_CHECKING:
-    from .analysis.quantized import Quantization
-    from .report.dtype_map import NodeDtype
     from .trace import TraceRun
 
 __all__ = ["AuditResult", "audit_models", "load_graph", "static_matches"]
-
-
-@dataclass
-class AuditResult:
-    """Findings across all models, and the models that could not be audited."""
-
-    findings: list[Finding] = field(default_factory=list)
-    errors: list[InputError] = field(default_factory=list)
-    models: list[str] = field(default_factory=list)  # every model audited successfully
-    traces: dict[str, "TraceRun"] = field(default_factory=dict)  # per model, with --trace: its inputs and engines
-    dtype_maps: dict[str, list["NodeDtype"]] = field(default_factory=dict)  # per model, for the HTML report
-    quantized: dict[str, "Quantization"] = field(default_factory=dict)  # per model with QDQ or integer ops
 
 
 def load_graph(path: str, torch_options: TorchOptions | None = None, target: str = "fp16") -> Graph:

@@ -13,7 +13,8 @@ import warnings
 from typing import Any
 
 from . import files
-from .audit_models import AuditResult, audit_models
+from .audit_models import audit_models
+from .result import AuditResult
 from .errors import InputError
 
 __all__ = ["audit_in_parallel", "default_jobs"]

@@ -34,7 +34,7 @@ def run_audit(models: list[str], settings: Settings, write_to: str | None, exit_
               debug: bool = False) -> Outcome:
     """Select rules, audit, drop ignored and baselined findings, and decide the exit code. A model that cannot be
     audited is an entry in outcome.result.errors (exit 2), never an exception; bad settings raise InputError."""
-    from .audit_models import AuditResult
+    from .result import AuditResult
     from .baseline import apply_baseline, write_baseline
     from .finding import severity_rank
     from .parallel import audit_in_parallel

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..audit_models import AuditResult
+from ..result import AuditResult
 from ..baseline import BaselineMatch
 from ..rules.loader import Rule
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..audit_models import AuditResult
+from ..result import AuditResult
 from ..escape import printable
 from ..finding import SEVERITIES, Finding
 from .folding import fold_names, fold_set, fold_texts, shape_of
