@@ -78,7 +78,7 @@ class Converter:
     """One converter version's behaviour, as far as the dtypes and constants of the converted model go."""
 
     name: str  # as --converter / --for spell it
-    title: str  # "onnxconverter-common 1.16.0"
+    title: str  # "onnxconverter-common 1.16.0": its name and the one version modelled (the module's VERSION)
     targets: tuple[str, ...]  # the dtypes it converts float32 to
     block_list_name: str  # "default op_block_list"
     op_block_list: tuple[str, ...] = ()  # op types kept in float32 by default

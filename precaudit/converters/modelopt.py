@@ -33,7 +33,9 @@ __all__ = ["CONVERTER", "paste", "node_regex", "fused_layernorms"]
 
 _UNSUPPORTED = ("Upsample", "NonMaxSuppression", "Celu")
 _MIN_OPSET = {"fp16": 13, "bf16": 22}
-_SOURCE = "modelopt/onnx/autocast, nvidia-modelopt 0.47.0"
+VERSION = "0.47.0"  # the one release modelled here
+_TITLE = f"modelopt AutoCast {VERSION}"
+_SOURCE = f"modelopt/onnx/autocast, nvidia-modelopt {VERSION}"
 
 
 def _blocked(graph: Graph, target: str) -> dict[int, str]:
@@ -43,16 +45,16 @@ def _blocked(graph: Graph, target: str) -> dict[int, str]:
                                                           max(opset, _MIN_OPSET[target]), target)
     for node in graph.nodes:
         if node.op_type in unsupported and node.domain == "" and not node.subgraph_path:
-            found[id(node)] = (f"kept in float32 by modelopt AutoCast 0.47.0: {node.op_type} is in "
+            found[id(node)] = (f"kept in float32 by {_TITLE}: {node.op_type} is in "
                                f"OP_TYPES_NOT_SUPPORTED_IN_LOW_PRECISION (Upsample, NonMaxSuppression, Celu, and ops "
                                f"whose schema has no {'float16' if target == 'fp16' else 'bfloat16'})")
     for node in graph.nodes:
         big = None if node.subgraph_path or id(node) in found else _large_initializer(node)
         if big is not None:
-            found[id(node)] = (f"kept in float32 by modelopt AutoCast 0.47.0's InitializerRangeRule: it reads "
+            found[id(node)] = (f"kept in float32 by {_TITLE}'s InitializerRangeRule: it reads "
                                f"{big}, beyond init_max 65504")
     for chain in fused_layernorms(graph):
-        why = (f"modelopt AutoCast 0.47.0 fuses the decomposed LayerNorm '{chain[0].name}' … '{chain[-1].name}' into "
+        why = (f"{_TITLE} fuses the decomposed LayerNorm '{chain[0].name}' … '{chain[-1].name}' into "
                f"one LayerNormalization (GraphSanitizer.replace_layernorm_pattern), whose statistics run in float32")
         for node in chain:
             found.setdefault(id(node), why)
@@ -153,11 +155,11 @@ def _scalar(value: Value | None) -> float | None:
 
 
 CONVERTER = Converter(
-    name="modelopt", title="modelopt AutoCast 0.47.0", targets=("fp16", "bf16"),
+    name="modelopt", title=_TITLE, targets=("fp16", "bf16"),
     block_list_name="OP_TYPES_NOT_SUPPORTED_IN_LOW_PRECISION", op_block_list=(),
     clamps={"fp16": Clamp(5.96e-08, 65504.0, "modelopt AutoCast clips the initializers it converts to ±65504 and "
                                             "sets nonzero values below 5.96e-8 to +5.96e-8", forms=("initializer",),
-                          sign_kept=False, by="modelopt AutoCast 0.47.0 (initializers clipped to the float16 range)")},
+                          sign_kept=False, by=f"{_TITLE} (initializers clipped to the float16 range)")},
     upcast="removes it (_remove_preexisting_casts)", extra_blocked=_blocked, source=_SOURCE, initializers="per-reader")
 
 

@@ -28,16 +28,19 @@ DEFAULT_OP_BLOCK_LIST = (
     "Max", "Upsample",
 )
 
+VERSION = "1.16.0"  # the one release modelled here
+_TITLE = f"onnxconverter-common {VERSION}"
+
 CONVERTER = Converter(
-    name="onnxconverter-common", title="onnxconverter-common 1.16.0", targets=("fp16",),
+    name="onnxconverter-common", title=_TITLE, targets=("fp16",),
     block_list_name="default op_block_list", op_block_list=DEFAULT_OP_BLOCK_LIST,
     clamps={"fp16": Clamp(1e-7, 1e4, "onnxconverter-common clamps the constants it converts into [1e-7, 1e4] "
                                      "(min_positive_val, max_finite_val)",
-                           by="onnxconverter-common 1.16.0 (max_finite_val=1e4)")},
+                           by=f"{_TITLE} (max_finite_val=1e4)")},
     upcast="keeps its to=float32 but retypes its output to float16 (the converted model fails to load unless "
            "the Cast is in node_block_list)",
-    source="onnxconverter_common/float16.py, 1.16.0 (= microsoft/onnxconverter-common @28b00d4)",
-    control_flow=CONTROL_FLOW_CAVEAT.format(who="onnxconverter-common 1.16.0"), initializers="no-blocked-reader")
+    source=f"onnxconverter_common/float16.py, {VERSION} (= microsoft/onnxconverter-common @28b00d4)",
+    control_flow=CONTROL_FLOW_CAVEAT.format(who=_TITLE), initializers="no-blocked-reader")
 
 
 def paste(args: KeepArgs) -> str:

@@ -31,24 +31,27 @@ DEFAULT_OP_BLOCK_LIST = (
     "Min", "Max", "Upsample",
 )
 
+VERSION, OLIVE_VERSION = "1.32.0", "0.13.0"  # the one release of each modelled here
 _UPCAST = "rewrites it to Cast(to=float16)"
 CONVERTER = Converter(
-    name="onnxruntime", title="onnxruntime 1.32.0's float16 converter", targets=("fp16",),
+    name="onnxruntime", title=f"onnxruntime {VERSION}'s float16 converter", targets=("fp16",),
     block_list_name="default op_block_list", op_block_list=DEFAULT_OP_BLOCK_LIST,
     clamps={"fp16": Clamp(5.96e-08, 65504.0, "onnxruntime's converter clamps the constants it converts into "
                                              "[5.96e-08, 65504] (min_positive_val, max_finite_val)",
-                          by="onnxruntime 1.32.0's float16 converter (max_finite_val=65504)")},
-    upcast=_UPCAST, source="onnxruntime/transformers/float16.py, onnxruntime 1.32.0",
-    control_flow=CONTROL_FLOW_CAVEAT.format(who="onnxruntime 1.32.0's OnnxModel.convert_float_to_float16"))
+                          by=f"onnxruntime {VERSION}'s float16 converter (max_finite_val=65504)")},
+    upcast=_UPCAST, source=f"onnxruntime/transformers/float16.py, onnxruntime {VERSION}",
+    control_flow=CONTROL_FLOW_CAVEAT.format(who=f"onnxruntime {VERSION}'s OnnxModel.convert_float_to_float16"))
 
 OLIVE = Converter(
-    name="olive", title="Olive 0.13.0's OnnxFloatToFloat16 (onnxruntime 1.32.0's converter)", targets=("fp16",),
+    name="olive", title=f"Olive {OLIVE_VERSION}'s OnnxFloatToFloat16 (onnxruntime {VERSION}'s converter)",
+    targets=("fp16",),
     block_list_name="default op_block_list", op_block_list=DEFAULT_OP_BLOCK_LIST,
     clamps={"fp16": Clamp(1e-7, 1e4, "Olive's OnnxFloatToFloat16 clamps the constants it converts into [1e-7, 1e4] "
                                      "(its min_positive_val, max_finite_val defaults)",
-                        by="Olive 0.13.0's OnnxFloatToFloat16 (max_finite_val=1e4)")},
-    upcast=_UPCAST, source="olive/passes/onnx/float16_conversion.py, olive-ai 0.13.0",
-    control_flow=CONTROL_FLOW_CAVEAT.format(who="onnxruntime 1.32.0's OnnxModel.convert_float_to_float16, which Olive calls"))
+                        by=f"Olive {OLIVE_VERSION}'s OnnxFloatToFloat16 (max_finite_val=1e4)")},
+    upcast=_UPCAST, source=f"olive/passes/onnx/float16_conversion.py, olive-ai {OLIVE_VERSION}",
+    control_flow=CONTROL_FLOW_CAVEAT.format(who=f"onnxruntime {VERSION}'s OnnxModel.convert_float_to_float16, which "
+                                                "Olive calls"))
 
 
 def paste(args: KeepArgs) -> str:
