@@ -30,7 +30,7 @@ from ..dtypes import FORMATS, round_to_format
 from ..ir import Node, Value
 from .constants import resolve_scalar
 
-__all__ = ["SHAPE_ONLY", "Reduction", "through_shape", "producer", "square_base", "reduction", "reduced_count",
+__all__ = ["SHAPE_ONLY", "STATISTICS", "Reduction", "through_shape", "producer", "square_base", "reduction", "reduced_count",
            "clamped_difference", "is_centred", "views"]
 
 SHAPE_ONLY = frozenset({"Cast", "Identity", "Expand", "Reshape", "Unsqueeze", "Squeeze"})
@@ -39,6 +39,7 @@ _REDUCTIONS = {"ReduceMean": ("mean", False), "GlobalAveragePool": ("mean", Fals
                "ReduceSumSquare": ("sum", True), "ReduceL2": ("l2", True),
                # ReduceVar is the torch frontend's name for aten.var / var_mean / std: not an ONNX op, a statistic
                "ReduceVar": ("var", False)}
+STATISTICS = frozenset(_REDUCTIONS)  # the reductions a norm's statistic is made with (keep-list's chains use them)
 # The formats a constant 1/n or n may be stored in: it must be exactly what one of them holds.
 _STORED = tuple(FORMATS[name] for name in ("fp64", "fp32", "fp16", "bf16"))
 _MAX_AXES = 64

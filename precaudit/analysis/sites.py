@@ -173,20 +173,26 @@ _TO_SOFTMAX = {"Where", "Add", "Sub", "Mul", "Cast", "Expand", "Reshape", "Unsqu
 
 def feeds_softmax(node: Node, depth: int = 6) -> bool:
     """Whether the node's output reaches a Softmax through ops that only move or add a mask (a mask fill's use)."""
+    return node.op_type in _TO_SOFTMAX and softmax_after(node, depth) is not None
+
+
+def softmax_after(node: Node, depth: int = 6) -> Node | None:
+    """The first Softmax (or LogSoftmax) the node's output reaches within depth hops through ops that only move
+    or add a mask, breadth first; the node itself may be any op (the reader of a fill)."""
     frontier, seen = [node], {id(node)}
     for _ in range(depth):
         step = []
         for current in frontier:
-            if current.op_type not in _TO_SOFTMAX:
+            if current is not node and current.op_type not in _TO_SOFTMAX:
                 continue
             for user in (u for out in current.outputs for u in out.consumers):
                 if user.op_type in ("Softmax", "LogSoftmax"):
-                    return True
+                    return user
                 if id(user) not in seen:
                     seen.add(id(user))
                     step.append(user)
         frontier = step
-    return False
+    return None
 
 
 def dtype_facts(dtype: ComputeDtype, resolver: DtypeResolver) -> dict[str, Any]:

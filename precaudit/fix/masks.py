@@ -6,37 +6,16 @@ changed; any other out-of-range constant is a number the model means, and is lef
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
 from ..analysis.constants import resolve_fill, resolve_scalar
+from ..analysis.sites import softmax_after
 from ..escape import printable
-from ..ir import Node
 from .common import const_shape, constant_producers, float_dtype, stored_array
 from .plan import Check, Context, Group, Repair
 
 __all__ = ["mask_fill"]
 
-# what a mask fill passes through on its way into a softmax (analysis.sites.feeds_softmax walks the same ops)
-_TO_SOFTMAX = {"Where", "Add", "Sub", "Mul", "Cast", "Expand", "Reshape", "Unsqueeze", "Squeeze", "Transpose",
-               "Identity", "Slice", "Concat"}
-
-
-def _softmax_after(node: Node, depth: int = 6) -> Node | None:
-    """The first Softmax the fill reaches through mask arithmetic (analysis.sites.feeds_softmax's walk)."""
-    queue, seen = deque([(node, 0)]), {id(node)}
-    while queue:
-        current, d = queue.popleft()
-        if current.op_type in ("Softmax", "LogSoftmax"):
-            return current
-        if d >= depth or current.op_type not in _TO_SOFTMAX and current is not node:
-            continue
-        for user in (u for out in current.outputs for u in out.consumers):
-            if id(user) not in seen:
-                seen.add(id(user))
-                queue.append((user, d + 1))
-    return None
 
 
 def mask_fill(ctx: Context, group: Group) -> Repair | str:
@@ -79,7 +58,7 @@ def mask_fill(ctx: Context, group: Group) -> Repair | str:
 
     for reader in readers:
         edit.touched.add(id(reader))
-    softmax = _softmax_after(node)
+    softmax = softmax_after(node)
     compared = softmax.outputs[0].name if softmax is not None and not softmax.subgraph_path else None
     others = [r for r in readers if r is not node]
     also = f"; also read by {', '.join(repr(printable(r.name)) for r in others)}" if others else ""

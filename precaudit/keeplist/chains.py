@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections import deque
 from typing import Iterable
 
+from ..analysis.canonical import STATISTICS
 from ..analysis.decomposed import find_decomposed_norms
 from ..analysis.compute_dtype import DtypeResolver
 from ..ir import Graph, Node, Value
 
 __all__ = ["NormChains", "overflow_closure", "error_entry", "producers"]
 
-_REDUCTIONS = {"ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL2", "ReduceL1", "GlobalAveragePool"}
+_REDUCTIONS = STATISTICS | {"ReduceL1"}  # a norm's statistic, and an L1 norm's
 # What a statistic's input passes through on its way from the normalized tensor x: a square, a centring, a Cast.
 _TO_X = {"Pow", "Mul", "Sub", "Cast", "Identity", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Transpose", "Abs"}
 _DEPTH = 12  # hops a norm chain spans, at most (HF T5's RMSNorm: 9)
