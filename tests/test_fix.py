@@ -544,3 +544,15 @@ def test_a_repair_checked_on_the_users_inputs_is_verified(capsys, tmp_path):
     assert report["float32"]["synthesized"] is False and report["inputs"]["files"] == [str(batch)]
     [repair] = report["repairs"]
     assert repair["kind"] == "max-shift" and repair["output_change"]["relative"] < 1e-6
+
+
+def test_a_softmax_over_sum_plus_eps_is_left_with_why(capsys, tmp_path):
+    """exp / (sum(exp) + eps) is PA203's (its pattern sees the Add), but the max shift is not exact there: the eps
+    would be scaled by exp(-max). fix leaves it and says so."""
+    from fixtures.PA216_exp_sum_without_max import CASES
+
+    [case] = [c for c in CASES if c.name == "softmax_with_eps_fp16"]
+    code, report = fix_json(capsys, case.build(tmp_path), out=tmp_path / "fixed.onnx")
+    assert code == 0 and report["repairs"] == []
+    [left] = report["left"]
+    assert left["rule_id"] == "PA203" and left["reason"].startswith("the divisor is sum(exp(x)) + eps: the max shift")

@@ -297,10 +297,25 @@ def test_int16_scale_inputs_are_kept_float32_with_keep_io_types(tmp_path):
     assert "keep_io_types=True," in keep["snippet"]
     check = keep["snippet_check"]
     assert check["ran"] and check["loads"] and check["finite"] and check["error"] <= 1e-4
-    inputs_entry = [e for e in keep["entries"] if "graph inputs ('x')" in e["reasons"][0]]
+    inputs_entry = [e for e in keep["entries"] if "graph's float inputs ('x') and outputs" in e["reasons"][0]]
     assert len(inputs_entry) == 1 and not inputs_entry[0]["dropped"]
     # keep_io_types=False leaves 4.5e-4 of error however many nodes are kept: with the tolerance above that, the
     # samples' rounding is within it and no keep_io_types is asked for
     code, keep = keep_json(tmp_path, model, "--for", "onnxruntime", "--trace", "--inputs", audio)
     assert code == 0 and keep["verification"]["verified"] and not keep["keep_io_types"]
     assert "keep_io_types=False," in keep["snippet"]
+
+
+def test_a_sum_of_exponentials_keeps_its_exp_and_the_sum(tmp_path):
+    """PA216 spans the Exp and the sum: keeping only the ReduceSum would leave exp(x) to overflow in float16. On
+    inputs where the sum's square passes 65504 (x in [9, 12]) the output itself needs float32: keep_io_types=True."""
+    from fixtures.PA216_exp_sum_without_max import PARTITION, _with_axes
+
+    path = save(_with_axes(PARTITION, "fp32"), tmp_path / "partition.onnx")
+    code, keep = keep_json(tmp_path, path, "--for", "onnxruntime")
+    assert code == 0 and [n["name"] for n in keep["nodes"]] == ["e", "z"] and keep["not_fixed"] == []
+    assert keep["entries"][0]["reasons"] == ["PA216 exp-sum-without-max at 'z'"]
+    code, keep = keep_json(tmp_path, path, "--for", "onnxruntime", "--trace", "--range", "x=9:12")
+    assert code == SYNTHESIZED and keep["verification"]["verified"] and keep["keep_io_types"]
+    assert [n["name"] for n in keep["nodes"]] == ["e", "z", "energy", "output"]
+    assert keep["snippet_check"]["finite"] and keep["snippet_check"]["error"] == 0

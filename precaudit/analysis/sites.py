@@ -38,7 +38,8 @@ FACT_NAMES["div"] |= {"divisor_op", "divisor_class", "divisor_mask"}
 FACT_NAMES["reciprocal"] |= {"divisor_op", "divisor_class", "divisor_mask"}
 # Sums: how many elements each output adds up (unknown where a shape or the axes are), in which dtype.
 FACT_NAMES["reduction"] = {"op", "input_op", "in_norm_chain", "reduction_length", "reduction_axes", "swamp_length",
-                           "overflow_term", *_DTYPE_FACTS}
+                           "overflow_term", "exp_input", "exp_shifted", "exp_node", "sum_use", "exp_sum_overflow", "exp_terms",
+                           *_DTYPE_FACTS}
 # float32 weights (initializers, Constant tensors), measured against the dtype a conversion gives them: only with
 # --check-weights or --trace, the modes that read weights.
 FACT_NAMES["weight"] = {"op", "name", "source", "consumer", "elements", "nonzero", "absmax", "overflow_count",
@@ -75,6 +76,7 @@ class Site:
     node: Node  # the node a finding points at
     facts: dict[str, Any] = field(default_factory=dict)
     rule_id: str | None = None  # a pattern site belongs to the one rule whose pattern made it
+    span: list[Node] = field(default_factory=list)  # the nodes the hazard spans, where more than the node (keep-list)
 
 
 def find_sites(graph: Graph, resolver: DtypeResolver, signs: SignAnalysis) -> list[Site]:
@@ -292,8 +294,63 @@ def _reduction_site(node: Node, resolver: DtypeResolver) -> Site | None:
              # with p significant bits (ulp at 1 = 2**(1-p)) a running sum that reaches 2**p times a term no longer
              # changes when that term is added: it is half an ulp, and the tie goes to the even sum
              "swamp_length": round(2 / fmt.ulp_at_1),
-             "overflow_term": fmt.max / length if length else None, **dtype_facts(dtype, resolver)}
-    return Site("reduction", node, facts)
+             "overflow_term": fmt.max / length if length else None, **_exp_sum_facts(node, length, fmt),
+             **dtype_facts(dtype, resolver)}
+    exp = producer_of_exp(node) if facts["exp_input"] else None
+    return Site("reduction", node, facts, span=[exp, node] if exp is not None else [])
+
+
+def producer_of_exp(node: Node) -> Node | None:
+    """The Exp a reduction sums, through shape ops and Casts."""
+    from .canonical import producer
+
+    exp = producer(node.input(0))
+    return exp if exp is not None and exp.op_type == "Exp" else None
+
+
+def _exp_sum_facts(node: Node, length: int | None, fmt: Format) -> dict[str, Any]:
+    """A sum (or mean) of exponentials: whether its Exp reads x - max(x), and what reads the sum. A softmax
+    (a Div of the same Exp by the sum, or by sum + eps) and a log-sum-exp (a Log of the sum) have rules of their
+    own; any other sum of n exponentials overflows once one term passes exp_overflow - ln n."""
+    from .canonical import producer
+
+    exp = producer(node.input(0)) if node.op_type in ("ReduceSum", "ReduceMean") else None
+    if exp is None or exp.op_type != "Exp":
+        return {"exp_input": False, "exp_shifted": None, "exp_node": None, "sum_use": None, "exp_sum_overflow": None,
+                "exp_terms": None}
+    return {"exp_input": True, "exp_shifted": _max_shifted(exp), "exp_node": exp.name, "sum_use": _sum_use(node, exp),
+            "exp_sum_overflow": fmt.exp_overflow - math.log(length) if length else fmt.exp_overflow,
+            "exp_terms": f"{length} terms" if length else "terms whose number the shapes do not fix"}
+
+
+def _max_shifted(exp: Node) -> bool:
+    """exp(x - max(x)): a Sub whose subtrahend comes from a ReduceMax (or Max), through shape ops and Casts."""
+    from .canonical import producer
+
+    sub = producer(exp.input(0))
+    if sub is None or sub.op_type != "Sub" or sub.input(1) is None:
+        return False
+    top = producer(sub.input(1))
+    return top is not None and top.op_type in ("ReduceMax", "Max", "ArgMax")
+
+
+def _sum_use(total: Node, exp: Node) -> str:
+    """softmax: a Div reads the sum (directly, through Casts, or plus an eps) as its divisor; logsumexp: a Log reads
+    it; other: anything else (a partition function, an energy, a linear-attention normalizer's sum)."""
+    frontier = [total]
+    for _ in range(3):  # the sum, an Add of an eps to it, and Casts between
+        step = []
+        for current in frontier:
+            for out in current.outputs:
+                for user in out.consumers:
+                    if user.op_type == "Log":
+                        return "logsumexp"
+                    if user.op_type == "Div" and user.input(1) is out:
+                        return "softmax"
+                    if user.op_type in ("Add", "Cast", "Identity", "Reshape", "Unsqueeze", "Squeeze", "Expand"):
+                        step.append(user)
+        frontier = step
+    return "other"
 
 
 def reduction_length(node: Node) -> tuple[int | None, str]:

@@ -188,6 +188,10 @@ def _shift_exp(edit: Editable, exp: Node, nodes: list, inits: list, shifted: str
 def max_shift(ctx: Context, group: Group) -> Repair | str:
     div = group.node
     exp, reduce = _exp_under(div.input(0)), _sum_under(div.input(1))
+    divisor = div.input(1).producer if div.input(1) is not None else None
+    if reduce is None and divisor is not None and divisor.op_type == "Add":
+        return ("the divisor is sum(exp(x)) + eps: the max shift would scale what the eps adds by exp(-max), so it "
+                "is not exact; keep the softmax in float32 (precaudit keep-list) or write torch.softmax")
     if exp is None or reduce is None or _exp_under(reduce.input(0)) is not exp:
         return "the numerator and the sum do not read one Exp"
     allowed = {id(div), id(reduce)}

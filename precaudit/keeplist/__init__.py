@@ -209,7 +209,7 @@ def _static_entries(matches: list[Match], chains: NormChains) -> list[Entry]:
     entries: dict[int, Entry] = {}
     for m in matches:
         node, finding = m.site.node, m.finding
-        nodes = chains.of(node) or [node]
+        nodes = chains.of(node) or list(m.site.span) or [node]
         entry = entries.setdefault(id(nodes[0]), Entry("static", [], nodes))
         entry.findings.append(finding)
         entry.sites.append(node)

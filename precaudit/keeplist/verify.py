@@ -131,13 +131,14 @@ def _measured_stop(run: Callable[[list[Node], bool], Run], graph: Graph, current
     the tolerance there, the error is the narrow dtype's and the loop could not place it; beyond it, what remains
     is not the narrow dtype's (a converter's constant clamp, a rounding the model itself does)."""
     every = run(list(graph.nodes), True)
+    remaining = f"error {current.error:.3g}" if current.finite else "inf/NaN outputs"
     if every.ok(tolerance):
-        return (f"nothing left to add: with every node and input kept in float32 the output error is "
-                f"{every.error:.3g}, within the tolerance, so the remaining {current.error:.3g} is the narrow "
-                "dtype's but no single chain carries it; keep more (--keep-fp32) or raise --tolerance")
-    return (f"nothing left to add: with every node and input kept in float32 the output error is still "
-            f"{every.error:.3g}: what remains is not the narrow dtype's (a constant the converter clamps, or "
-            "rounding the model itself does)")
+        return (f"nothing left to add: with every node, input and output kept in float32 the output error is "
+                f"{every.error:.3g}, within the tolerance, so the remaining {remaining} is the narrow dtype's but no "
+                "single chain carries it; keep more (--keep-fp32) or raise --tolerance")
+    still = f"error is still {every.error:.3g}" if every.finite else "outputs are still inf/NaN"
+    return (f"nothing left to add: with every node, input and output kept in float32 the output {still}: what "
+            "remains is not the narrow dtype's (a constant the converter clamps, or rounding the model itself does)")
 
 
 def _inputs_entry(graph: Graph, kept: list[Node]) -> Added | None:
@@ -150,8 +151,9 @@ def _inputs_entry(graph: Graph, kept: list[Node]) -> Added | None:
     held = {id(n) for n in kept}
     readers = _unique([c for v in floats for c in v.consumers])
     names = ", ".join(f"'{v.name}'" for v in floats[:3]) + (" and more" if len(floats) > 3 else "")
-    return Added(f"the error enters with the graph inputs ({names}), rounded to the narrow dtype before any node reads "
-                 "them: keep_io_types=True, and their readers kept",
+    return Added(f"what remains enters or leaves with the graph's float inputs ({names}) and outputs, which "
+                 "keep_io_types=False makes narrow (an input rounded before any node reads it, an output past its "
+                 "range): keep_io_types=True, and the inputs' readers kept",
                  [n for n in readers if id(n) not in held] or readers, keep_io=True)
 
 
