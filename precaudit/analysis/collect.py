@@ -19,7 +19,7 @@ def collect_sites(graph: Graph, resolver: DtypeResolver, patterns: dict[str, OpP
     for site in sites:
         if site.kind != "norm":
             # a division or sqrt that a recognized norm chain accounts for is judged by the norm rules
-            site.facts["in_norm_chain"] = id(site.node) in chains.claimed
+            site.facts["in_norm_chain"] = any(id(n) in chains.claimed for n in (site.span or [site.node]))
     sites += chains.sites + find_constant_sites(graph, resolver)
     for site in sites:
         owner = graph.module_eps.get(site.node.scope or "")

@@ -45,6 +45,10 @@ FACT_NAMES["reduction"] = {"op", "input_op", "in_norm_chain", "reduction_length"
 FACT_NAMES["weight"] = {"op", "name", "source", "consumer", "elements", "nonzero", "absmax", "overflow_count",
                         "underflow_count", "underflow_fraction", "subnormal_fraction", *_DTYPE_FACTS}
 FACT_NAMES["pow"].add("exponent")
+# An eps added to, or a floor (Max, Clip) on, what a division, a negative power, a Log or a Sqrt reads, outside any
+# norm: the site is the guard node, judged as a norm's eps is; guarded_class is the sign class of what it guards.
+FACT_NAMES["guard"] = {"op", "guard_op", "reader", "reader_op", "guarded_class", "reader_input_class",
+                       "in_norm_chain", *_EPS_FACTS, *_DTYPE_FACTS}
 FACT_NAMES["softmax"].add("axis")
 FACT_NAMES["logsoftmax"].add("axis")
 # Traced mode (precaudit/trace): what a run observed, per value, norm statistic, sensitive op input, and the
@@ -83,6 +87,7 @@ def find_sites(graph: Graph, resolver: DtypeResolver, signs: SignAnalysis) -> li
     """Every fused-norm, single-op and reduction site of the graph, in graph order."""
     sites = {id(site.node): site for site in find_norm_sites(graph, resolver)}
     reductions = []
+    guards: dict[int, Site] = {}
     for node in graph.nodes:
         if node.domain not in ("", "ai.onnx"):
             continue
@@ -90,12 +95,58 @@ def find_sites(graph: Graph, resolver: DtypeResolver, signs: SignAnalysis) -> li
             site = _op_site(node, resolver, signs)
             if site is not None:
                 sites[id(node)] = site
+            guard = _guard_site(node, resolver, signs)
+            if guard is not None and id(guard.node) not in guards:
+                guards[id(guard.node)] = guard
         elif node.op_type in _REDUCTIONS:
             site = _reduction_site(node, resolver)
             if site is not None:
                 reductions.append(site)
     order = {id(node): i for i, node in enumerate(graph.nodes)}
-    return sorted([*sites.values(), *reductions], key=lambda s: order[id(s.node)])
+    return sorted([*sites.values(), *reductions, *guards.values()], key=lambda s: order[id(s.node)])
+
+
+def _guarded_input(node: Node) -> Value | None:
+    """What a guard would sit on: a Div's divisor, a Reciprocal's, Log's or Sqrt's input, a negative power's base."""
+    if node.op_type == "Div":
+        return node.input(1)
+    if node.op_type == "Pow":
+        exponent = scalar_of(node.input(1))
+        return node.input(0) if exponent is not None and exponent < 0 else None
+    return node.input(0) if node.op_type in ("Reciprocal", "Log", "Sqrt") else None
+
+
+def _guard_site(reader: Node, resolver: DtypeResolver, signs: SignAnalysis) -> Site | None:
+    """y + eps, max(y, eps) or clip(y, min=eps) under the reader, eps a positive constant: the guard's site."""
+    from .canonical import producer
+
+    guarded_input = _guarded_input(reader)
+    guard = producer(guarded_input)
+    if guard is None or guard.op_type not in ("Add", "Max", "Clip"):
+        return None
+    const, guarded = None, None
+    if guard.op_type == "Clip":
+        const = resolve_scalar(guard.input(1)) if guard.input(1) is not None else None
+        if const is None and "min" in guard.attrs:
+            const = ScalarConst(float(guard.attrs["min"]), "attribute min")
+        guarded = guard.input(0)
+    elif len(guard.inputs) == 2:
+        for i in (0, 1):
+            found = resolve_scalar(guard.input(i))
+            if found is not None and not (guard.input(1 - i) is not None and guard.input(1 - i).is_const):
+                const, guarded = found, guard.input(1 - i)
+                break
+    if const is None or not 0 < const.value < 1:  # an eps, not a bias or a shift
+        return None
+    dtype = resolver.of_node(guard)
+    if dtype is None:
+        return None
+    facts = {"op": guard.op_type, "guard_op": guard.op_type, "reader": reader.name, "reader_op": reader.op_type,
+             "guarded_class": signs.of(guarded), "reader_input_class": signs.of(guarded_input),
+             "in_norm_chain": False, "eps_source": const.source,
+             "eps_role": "guard", "eps_placement": "guard", "keep_hint": guard.op_type,
+             **eps_facts(const, dtype), **dtype_facts(dtype, resolver)}
+    return Site("guard", guard, facts, span=[guard, reader])
 
 
 _UNASKED = object()
