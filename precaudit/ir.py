@@ -29,7 +29,7 @@ class Value:
 
     def __init__(self, name: str, dtype: str | None = None, dtype_note: str | None = None, shape: Any = None,
                  producer: "Node | None" = None, consumers: list["Node"] | None = None, is_graph_input: bool = False,
-                 parent: "Node | None" = None, const_loader: Callable[[], np.ndarray] | None = None,
+                 parent: "Node | None" = None, const_loader: Callable[[], np.ndarray | None] | None = None,
                  const_origin: str | None = None, const_size: int | None = None, _const_cache: Any = None):
         self.name = name
         # canonical format name ("fp16", "fp32", ...) for floats, numpy name otherwise

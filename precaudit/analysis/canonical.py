@@ -75,8 +75,8 @@ def through_shape(value: Value | None) -> Value | None:
             return value
         if node.op_type in SHAPE_ONLY:
             value = node.input(0)
-        elif node.op_type in ("Mul", "Div") and len(node.inputs) == 2 and _times_one(node) is not None:
-            value = node.input(_times_one(node))
+        elif node.op_type in ("Mul", "Div") and len(node.inputs) == 2 and (kept := _times_one(node)) is not None:
+            value = node.input(kept)
         else:
             return value
     return value
@@ -160,12 +160,13 @@ def reduced_count(node: Node) -> int | None:
     if shape is None:
         return None
     rank = len(shape)
+    axes: list[int] | None
     if node.op_type == "GlobalAveragePool":
         axes = list(range(2, rank))
     else:
         axes = node.attrs.get("axes")
-        if axes is None and node.input(1) is not None:
-            axes = _int_constant(node.input(1))
+        if axes is None and (axes_input := node.input(1)) is not None:
+            axes = _int_constant(axes_input)
             if axes is None:
                 return None  # axes computed at run time
         if not axes:

@@ -221,9 +221,9 @@ class DtypeResolver:
                                            f"{dtype.fmt.long_name} ({dtype.reason})")
         for value in node.inputs:
             if value is not None:
-                dtype = self.of_value(value)
-                if dtype is not None:
-                    return dtype
+                found = self.of_value(value)
+                if found is not None:
+                    return found
         return None
 
     def of_stash(self, node: Node, stash_type: int | None, default_note: str) -> ComputeDtype | None:

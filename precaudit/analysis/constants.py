@@ -98,13 +98,15 @@ def resolve_fill(value: Value | None) -> ScalarConst | None:
     return found
 
 
-def _resolve_fill(value: Value) -> ScalarConst | None:
+def _resolve_fill(value: Value | None) -> ScalarConst | None:
     value, hops = _through_moves(value)
     if value is None or not value.is_const or value.dtype not in ("fp16", "bf16", "fp32", "fp64"):
         return None
     if value.const_size is None or not 1 < value.const_size <= _MAX_FILL_ELEMENTS:
         return None
-    data = value._const_cache if value._const_cache is not None else value.const_loader()
+    loader = value.const_loader
+    assert loader is not None  # is_const, checked above
+    data = value._const_cache if value._const_cache is not None else loader()
     if data is None or data.dtype.kind != "f":
         return None
     flat = data.reshape(-1)

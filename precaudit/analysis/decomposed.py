@@ -153,7 +153,7 @@ def _after_root(root: Node) -> tuple[Node | None, ScalarConst | None, list[Node]
     return guard, eps, divisions
 
 
-def _guard_constant(node: Node, value: Value) -> ScalarConst | None:
+def _guard_constant(node: Node, value: Value | None) -> ScalarConst | None:
     if node.op_type == "Clip":
         if node.input(1) is not None:
             return resolve_scalar(node.input(1))

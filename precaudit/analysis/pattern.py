@@ -206,6 +206,7 @@ def _match_op(pattern: OpP, node: Node, where: str) -> MatchResult:
             bindings.update(result.bindings)
         else:
             return MatchResult(True, bindings)
+    assert failure is not None  # every order that did not match set it
     return failure
 
 

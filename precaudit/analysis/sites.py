@@ -132,9 +132,9 @@ def _guard_site(reader: Node, resolver: DtypeResolver, signs: SignAnalysis) -> S
         guarded = guard.input(0)
     elif len(guard.inputs) == 2:
         for i in (0, 1):
-            found = resolve_scalar(guard.input(i))
-            if found is not None and not (guard.input(1 - i) is not None and guard.input(1 - i).is_const):
-                const, guarded = found, guard.input(1 - i)
+            found, other = resolve_scalar(guard.input(i)), guard.input(1 - i)
+            if found is not None and not (other is not None and other.is_const):
+                const, guarded = found, other
                 break
     if const is None or not 0 < const.value < 1:  # an eps, not a bias or a shift
         return None
@@ -210,6 +210,7 @@ def eps_facts(eps: float | ScalarConst | None, dtype: ComputeDtype) -> dict[str,
         if isinstance(eps, ScalarConst):  # an attribute eps is never converted
             converted = dtype.constant(value, eps.source)
             if converted != value:
+                assert dtype.clamp is not None  # only a converter's clamp changes a constant
                 facts["eps_converted"] = converted
                 facts["eps_source"] = f"{eps.source}; {dtype.clamp.words}: {value:.3g} → {converted:.3g}"
                 value = converted
@@ -288,8 +289,9 @@ def _running_var_floor(node: Node) -> float | None:
 
 def _family(node: Node, spec: NormSpec) -> str:
     """torch exports GroupNorm as Reshape → InstanceNormalization → Reshape: name it as the user wrote it."""
-    if node.op_type == "InstanceNormalization" and node.input(0) is not None:
-        before = node.inputs[0].producer
+    x = node.input(0)
+    if node.op_type == "InstanceNormalization" and x is not None:
+        before = x.producer
         after = [c.op_type for c in node.outputs[0].consumers]
         if before is not None and before.op_type == "Reshape" and after == ["Reshape"]:
             return "GroupNorm"
@@ -417,8 +419,8 @@ def reduction_length(node: Node) -> tuple[int | None, str]:
         axes = None if axis is None else [int(axis)]
     elif "axes" in node.attrs:  # before opset 13 (ReduceSum) or 18 (the others)
         axes = [int(a) for a in node.attrs["axes"]]
-    elif node.input(1) is not None:
-        axes = _small_ints(node.input(1))
+    elif (axes_input := node.input(1)) is not None:
+        axes = _small_ints(axes_input)
     else:
         axes = []
     if axes is None:
@@ -523,7 +525,10 @@ def _weight_data(value: Value) -> np.ndarray | None:
     """The tensor's data: the copy traced mode already loaded, else read afresh and not kept (Value.const() would
     cache every weight of the model)."""
     cached = value._const_cache
-    return cached if cached is not None else value.const_loader()
+    if cached is not None:
+        return cached
+    assert value.const_loader is not None  # asked only of constants
+    return value.const_loader()
 
 
 def weight_stats(data: np.ndarray, fmt: Format) -> dict[str, Any]:

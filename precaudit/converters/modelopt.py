@@ -133,7 +133,10 @@ def _match(mean: Node) -> list[Node] | None:
     var = _only_consumer(pows[0].outputs[0], "ReduceMean")
     add = _only_consumer(var.outputs[0], "Add") if var is not None else None
     sqrt = _only_consumer(add.outputs[0], "Sqrt") if add is not None else None
-    if sqrt is None or not _initializer(add.input(1)):
+    if sqrt is None:
+        return None
+    assert var is not None and add is not None  # sqrt was found under them
+    if not _initializer(add.input(1)):
         return None
     divs = [n for n in sqrt.outputs[0].consumers if n.op_type == "Div" and n in sub.outputs[0].consumers]
     if len(divs) != 1 or divs[0].input(0) is not sub.outputs[0] or divs[0].input(1) is not sqrt.outputs[0]:

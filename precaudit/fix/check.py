@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import onnx
@@ -102,9 +103,11 @@ def compare(original: onnx.ModelProto, original_path: str, fixed: onnx.ModelProt
     types = {v.name: v.dtype for n in graph.nodes if not n.subgraph_path for v in n.outputs if v.name}
     types.update({v.name: v.dtype for n in fixed_graph.nodes if not n.subgraph_path for v in n.outputs if v.name})
     types.update({v.name: v.dtype for v in graph.outputs})
+    iso: _Isolation | None
     for i, iso in copies.items():
         if iso.value is not None:
-            types[iso.value] = types.get(repairs[i].check.value)
+            # a copy of the compared value exists only for a check that names one (_isolated)
+            types[iso.value] = types.get(cast(str, repairs[i].check.value))
         for out, copy in iso.outputs.items():
             types[copy] = types.get(out)
     inputs = {v.name for v in graph.inputs}
@@ -347,7 +350,8 @@ def _evaluate(repair: Repair, orig_runs: list[dict], fixed_runs: list[dict]) -> 
         mask = finite_a & finite_b
         if c.kind == "guard" and c.stat is not None and c.stat in o:
             try:
-                ok = np.broadcast_to(np.asarray(o[c.stat], np.float64) >= c.threshold, a.shape)
+                # every guard check is made with its threshold (guards.py)
+                ok = np.broadcast_to(np.asarray(o[c.stat], np.float64) >= cast(float, c.threshold), a.shape)
             except ValueError:
                 ok = np.ones(a.shape, bool)
             clamped += int(np.count_nonzero(mask & ~ok))
@@ -358,6 +362,7 @@ def _evaluate(repair: Repair, orig_runs: list[dict], fixed_runs: list[dict]) -> 
                 continue
             with np.errstate(all="ignore"):
                 s = None if stat is None else np.asarray(stat, np.float64)
+                assert c.old is not None and c.new is not None  # a ratio check is made with both
                 g_old, g_new = np.asarray(c.old(s), np.float64), np.asarray(c.new(s), np.float64)
                 ok = np.isfinite(g_old) & np.isfinite(g_new) & (g_old > 0) & (g_new > 0)
                 r = g_old[ok] / g_new[ok]

@@ -9,6 +9,7 @@ other nodes read stays as it is), wired into the one node the finding names; an 
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 
@@ -42,6 +43,7 @@ def _fmt(value: float) -> str:
 def norm_repairs(ctx: Context, group: Group) -> tuple[list[Repair], list[Skipped]]:
     """The repairs for the findings at one norm site (fused op or decomposed chain)."""
     site = group.site("norm")
+    assert site is not None  # the planner sends here only the groups at a norm site
     node = group.node
     spec = FUSED_NORMS.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
     if spec is not None:
@@ -69,6 +71,7 @@ def _fused(ctx: Context, group: Group, facts: dict, spec) -> tuple[list[Repair],
         bad = []
     if bad:
         if spec.eps_attr is None:
+            assert eps is not None  # an eps rule fired: the site's eps is known
             skipped += _skip(group, bad, f"{node.op_type}'s eps is fixed by the ONNX spec ({_fmt(eps)}); rewrite the "
                                          "norm as LayerNormalization (stash_type=1) over the same axes")
         else:
@@ -100,13 +103,15 @@ def _stash(ctx: Context, group: Group, rules: list[str], facts: dict) -> Repair:
     node = group.node
     edit = ctx.edit
     old = node.attrs.get("stash_type")
+    eps = facts.get("eps")
+    assert eps is not None  # _fused repairs stash_type only for a known, positive eps
 
     def apply() -> None:
         edit.set_attr(node, "stash_type", 1)
 
     edit.touched.add(id(node))
     return Repair("stash-type", node, rules, f"stash_type={old} (statistics in {facts.get('compute_dtype')})",
-                  "stash_type=1 (statistics in float32, eps " + _fmt(facts.get("eps")) + " normal there)",
+                  "stash_type=1 (statistics in float32, eps " + _fmt(eps) + " normal there)",
                   "exact in float32: stash_type names the dtype of the statistics, float32 either way there",
                   Check("exact", value=_out(node)), apply, nodes=[node.name], changed=_outs(node))
 
@@ -125,13 +130,14 @@ def _fused_raise(ctx: Context, group: Group, rules: list[str], facts: dict, spec
 
     edit.touched.add(id(node))
     check, words = _fused_check(node, old, new)
+    assert old is not None  # an eps rule fired: the site's eps is known
     return Repair("eps-raise", node, rules, f"{spec.eps_attr} {_fmt(old)} ({facts.get('eps_source')})",
                   f"{spec.eps_attr} {_fmt(new)}, the smallest normal {facts.get('compute_dtype')}"
                   if new == facts.get("fmt_smallest_normal") else f"{spec.eps_attr} {_fmt(new)}",
                   words, check, apply, nodes=[node.name], changed=_outs(node))
 
 
-def _fused_check(node: Node, old: float, new: float) -> tuple[Check, str]:
+def _fused_check(node: Node, old: float | None, new: float) -> tuple[Check, str]:
     """A fused norm's rows are scaled by sqrt((var + old)/(var + new)); var computed from its input (LayerNorm,
     InstanceNorm, GroupNorm) or its running variances (BatchNorm)."""
     old = 0.0 if old is None or not math.isfinite(old) else old
@@ -140,16 +146,18 @@ def _fused_check(node: Node, old: float, new: float) -> tuple[Check, str]:
              f"{_fmt(new)}")
     bias = _bias(node)
     if node.op_type == "BatchNormalization":
-        running = node.input(4).const() if node.input(4) is not None and node.input(4).is_const else None
+        variances = node.input(4)
+        running = variances.const() if variances is not None and variances.is_const else None
         if running is None:
             return Check("none", value=_out(node)), words
         var = np.asarray(running, np.float64)
         return Check("ratio", value=_out(node), old=lambda _: np.sqrt(var + old), new=lambda _: np.sqrt(var + new),
                      offset=bias), words
     stat = _variance_of(node)
-    if stat is None or node.input(0) is None:
+    source = node.input(0)
+    if stat is None or source is None:
         return Check("none", value=_out(node)), words
-    return Check("ratio", value=_out(node), stat=node.inputs[0].name,
+    return Check("ratio", value=_out(node), stat=source.name,
                  old=lambda x: np.sqrt(stat(x) + old), new=lambda x: np.sqrt(stat(x) + new), offset=bias), words
 
 
@@ -252,7 +260,7 @@ def _eps_input(node: Node) -> int | None:
     return scalar_input(node)
 
 
-def _ratio(facts: dict, placement: str, node: Node, old: float, new: float) -> tuple[Check, str]:
+def _ratio(facts: dict, placement: str | None, node: Node, old: float, new: float) -> tuple[Check, str]:
     """Check and words for an eps change at a decomposed norm's eps node (inside the root, or a guard after it)."""
     words = (f"each row is scaled by sqrt((var + {_fmt(old)})/(var + {_fmt(new)})): relative change at most "
              f"{_fmt(new - old)}/(2·(var + {_fmt(old)})), negligible where the variance is well above {_fmt(new)}")
@@ -267,16 +275,17 @@ def _ratio(facts: dict, placement: str, node: Node, old: float, new: float) -> t
     target = divisions(root)
     compared = (target[0] if target else root).outputs[0].name
     combine = np.maximum if node.op_type in ("Max", "Clip") else np.add
+    # check.py calls old and new with the array of the check's stat, which these checks always name
     if after:  # a guard after the root: the denominator is max(root, eps) (or root + eps)
         words = (f"rows whose {'norm' if node.op_type != 'Add' else 'root'} is below {_fmt(new)} are divided by "
                  f"{_fmt(new)} instead of {_fmt(old)}; the others are unchanged")
-        return Check("ratio", value=compared, stat=stat.name, old=lambda v: combine(v, old),
-                     new=lambda v: combine(v, new)), words
-    return Check("ratio", value=compared, stat=stat.name, old=lambda v: np.sqrt(combine(v, old)),
-                 new=lambda v: np.sqrt(combine(v, new))), words
+        return Check("ratio", value=compared, stat=stat.name, old=lambda v: combine(cast(np.ndarray, v), old),
+                     new=lambda v: combine(cast(np.ndarray, v), new)), words
+    return Check("ratio", value=compared, stat=stat.name, old=lambda v: np.sqrt(combine(cast(np.ndarray, v), old)),
+                 new=lambda v: np.sqrt(combine(cast(np.ndarray, v), new))), words
 
 
-def _raise_constant(ctx: Context, group: Group, facts: dict, rules: list[str], placement: str) -> Repair | str:
+def _raise_constant(ctx: Context, group: Group, facts: dict, rules: list[str], placement: str | None) -> Repair | str:
     node = group.node
     source = str(facts.get("eps_source") or "")
     if "the cap of" in source:
@@ -290,6 +299,7 @@ def _raise_constant(ctx: Context, group: Group, facts: dict, rules: list[str], p
     if node.op_type == "Clip" and node.input(1) is None and "min" in node.attrs:
         def apply_attr() -> None:
             edit.set_attr(node, "min", float(new))
+        assert old is not None  # an eps rule fired: the site's eps is known
         check, words = _ratio(facts, placement, node, old, new)
         edit.touched.add(id(node))
         return Repair("eps-raise", node, rules, f"eps {_fmt(old)} (attribute min)", f"min {_fmt(new)}", words, check,
@@ -298,6 +308,7 @@ def _raise_constant(ctx: Context, group: Group, facts: dict, rules: list[str], p
     if index is None:
         return "the eps is not a constant input fix can replace"
     value = node.inputs[index]
+    assert value is not None  # scalar_input names an input that holds a constant
     dtype = float_dtype(value)
     array = stored_array(new, dtype, const_shape(value))
     name = edit.unique(f"{node.name}/precaudit_eps")
@@ -309,6 +320,7 @@ def _raise_constant(ctx: Context, group: Group, facts: dict, rules: list[str], p
         edit.orphan(*constant_producers(value))
 
     edit.touched.add(id(node))
+    assert old is not None  # an eps rule fired: the site's eps is known
     check, words = _ratio(facts, placement, node, old, new)
     shown = FORMATS[dtype].long_name if dtype else "float32"
     after = f"eps {_fmt(new)} (new {edit.constant_word} '{printable(name)}', {shown})"
@@ -331,8 +343,11 @@ def _inside(ctx: Context, group: Group, facts: dict, rules: list[str]) -> Repair
     root = root_before(path)
     if root is None or root.op_type == "ReduceL2" or root.input(0) is None:
         return "no square root of a statistic found under the eps"
-    if root.op_type == "Pow" and root.input(1) is not None and resolve_scalar(root.input(1)).value < 0:
-        return "the root is an rsqrt: no eps is added after it"
+    if root.op_type == "Pow" and root.input(1) is not None:
+        exponent = resolve_scalar(root.input(1))
+        assert exponent is not None  # root_before found a root: a Pow's exponent there is the scalar 0.5 or -0.5
+        if exponent.value < 0:
+            return "the root is an rsqrt: no eps is added after it"
     old = facts.get("eps")
     bad = [r for r in rules if r in EPS_BAD]
     new = new_eps(ctx, facts, stored_zero=old == 0) if bad or not old or old <= 0 else old
@@ -341,6 +356,7 @@ def _inside(ctx: Context, group: Group, facts: dict, rules: list[str]) -> Repair
         return f"the smallest normal {facts.get('compute_dtype')} is {_fmt(new)}: too large for an eps"
     edit = ctx.edit
     stat = root.inputs[0]
+    assert stat is not None  # checked above (root.input(0))
     dtype = float_dtype(stat)
     eps_name = edit.unique(f"{root.name}/precaudit_eps")
     add_out = edit.unique(f"{root.name}/precaudit_eps_inside_output")
@@ -359,9 +375,11 @@ def _inside(ctx: Context, group: Group, facts: dict, rules: list[str]) -> Repair
     edit.touched.update({id(node), id(root)})
     target = divisions(root)
     compared = (target[0] if target else node).outputs[0].name
+    # check.py calls old and new with the array of the check's stat, which this check names
     check = Check("none") if node.subgraph_path else Check(
-        "ratio", value=compared, stat=stat.name, old=lambda v: np.sqrt(np.maximum(v, 0)) + old,
-        new=lambda v: np.sqrt(v + new))
+        "ratio", value=compared, stat=stat.name, old=lambda v: np.sqrt(np.maximum(cast(np.ndarray, v), 0)) + old,
+        new=lambda v: np.sqrt(cast(np.ndarray, v) + new))
+    assert old is not None  # PA104 fired: the eps after the root is known
     words = (f"each row's denominator sqrt(var) + {_fmt(old)} becomes sqrt(var + {_fmt(new)}): relative change "
              f"below {_fmt(math.sqrt(new))}/sqrt(var), negligible for rows whose variance is well above {_fmt(new)}")
     return Repair("eps-inside-root", node, rules, f"sqrt(var) + {_fmt(old)} at '{printable(node.name)}'",
@@ -397,8 +415,10 @@ def _add_eps(ctx: Context, group: Group, facts: dict) -> Repair | str:
 
         edit.touched.add(id(root))
         target = divisions(root)
-        check = Check("ratio", value=target[0].outputs[0].name, stat=out.name, old=lambda v: v,
-                      new=lambda v: np.maximum(v, new)) if target and not root.subgraph_path else Check("none")
+        # check.py calls old and new with the array of the check's stat, which this check names
+        check = Check("ratio", value=target[0].outputs[0].name, stat=out.name, old=lambda v: cast(np.ndarray, v),
+                      new=lambda v: np.maximum(cast(np.ndarray, v), new)) if target and not root.subgraph_path \
+            else Check("none")
         return Repair("eps-add", root, ["PA105"], "x / ||x|| with no eps", f"x / max(||x||, {_fmt(new)}) "
                       f"(new Max '{printable(node.name)}')", f"exact wherever the norm is at least {_fmt(new)}",
                       check, apply_l2, nodes=[node.name], changed=[name, clamped], moved_to=node.name)
@@ -417,8 +437,10 @@ def _add_eps(ctx: Context, group: Group, facts: dict) -> Repair | str:
     edit.touched.add(id(root))
     target = divisions(root)
     compared = (target[0] if target else root).outputs[0].name
+    # check.py calls old and new with the array of the check's stat, which this check names
     check = Check("none") if root.subgraph_path else Check(
-        "ratio", value=compared, stat=stat.name, old=lambda v: np.sqrt(v), new=lambda v: np.sqrt(v + new))
+        "ratio", value=compared, stat=stat.name, old=lambda v: np.sqrt(cast(np.ndarray, v)),
+        new=lambda v: np.sqrt(cast(np.ndarray, v) + new))
     return Repair("eps-add", root, ["PA105"], "sqrt(var) with no eps", f"sqrt(var + {_fmt(new)}) (new Add "
                   f"'{printable(node.name)}')", f"each row is scaled by sqrt(var/(var + {_fmt(new)})): negligible where "
                   f"the variance is well above {_fmt(new)}; a row of variance 0 was 0/0 and is now 0",

@@ -43,6 +43,7 @@ def guard(ctx: Context, group: Group, rule_ids: list[str]) -> Repair | Left | st
         return ("the divisor can be negative: a clamp would change the sign of every negative value; guard it by hand "
                 "(x / where(|d| < eps, eps·sign(d), d))")
     value = node.inputs[index]
+    assert value is not None  # checked above
     fmt_name = facts.get("compute_dtype", "")
     edit = ctx.edit
     existing = _existing_guard(ctx, value, facts) if node.op_type != "Sqrt" else None
@@ -142,6 +143,7 @@ def _existing_guard(ctx: Context, value, facts: dict) -> tuple[Node, int, float]
         node = node.inputs[0].producer if node.input(0) is not None else None
     if node is None or node.op_type not in ("Max", "Clip"):
         return None
+    index: int | None
     if node.op_type == "Clip":
         if node.input(1) is None:
             return None

@@ -10,6 +10,7 @@ converter rewrites, retypes or removes (README, "Which dtype applies"): there th
 from __future__ import annotations
 
 import numpy as np
+from onnx import NodeProto
 from onnx import TensorProto as T
 
 from ..analysis.constants import resolve_scalar, skip_casts
@@ -39,12 +40,12 @@ def island_repair(ctx: Context, group: Group, chain: list[Node], facts: dict, ru
         return "another repair changed this chain already"
     members = {id(n) for n in chain}
     outputs = {id(v) for v in ctx.graph.outputs}
-    first = {}  # value id -> the first chain node (graph order) that reads it
+    first: dict[int, tuple[Value, Node]] = {}  # value id -> the first chain node (graph order) that reads it
     for node in chain:
         for v in node.inputs:
             if v is not None and (v.producer is None or id(v.producer) not in members):
                 first.setdefault(id(v), (v, node))
-    ups: list[tuple[Node, object]] = []  # (anchor, new node)
+    ups: list[tuple[Node, NodeProto]] = []  # (anchor, new node)
     inits: list[tuple[Node, str, np.ndarray]] = []
     rename: dict[int, str] = {}  # outside value id -> name chain nodes read instead
     dead: list = []  # the Constants (and Casts of them) chain nodes no longer read
@@ -62,14 +63,16 @@ def island_repair(ctx: Context, group: Group, chain: list[Node], facts: dict, ru
                 new_eps = number
             name = edit.unique(f"{v.name}/precaudit_float32")
             stored = _stored_number(v, number)
-            inits.append((reader, name, np.full(tuple(v.shape) if _static(v) else (), stored, np.float32)))
+            shape = v.shape
+            inits.append((reader, name, np.full(tuple(shape) if shape is not None and _static(v) else (), stored,
+                                                np.float32)))
             dead.append(v)
             rename[vid] = name
             continue
         name = edit.unique(f"{v.name}/precaudit_float32")
         ups.append((reader, edit.make_node("Cast", [v.name], [name], f"{v.name}/precaudit_to_float32", to=T.FLOAT)))
         rename[vid] = name
-    downs: list[tuple[Node, object]] = []
+    downs: list[tuple[Node, NodeProto]] = []
     out_rename: dict[int, str] = {}
     exits: list[str] = []
     for node in chain:
@@ -92,10 +95,10 @@ def island_repair(ctx: Context, group: Group, chain: list[Node], facts: dict, ru
     def apply() -> None:
         for reader, name, array in inits:
             edit.add_named_initializer(reader, name, array)
-        for anchor, node in ups:
-            edit.insert_before(anchor, node)
-        for anchor, node in downs:
-            edit.insert_after(anchor, node)
+        for anchor, new in ups:
+            edit.insert_before(anchor, new)
+        for anchor, new in downs:
+            edit.insert_after(anchor, new)
         for node in chain:
             proto = edit.proto(node)
             for i, v in enumerate(node.inputs):

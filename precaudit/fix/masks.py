@@ -21,13 +21,14 @@ __all__ = ["mask_fill"]
 def mask_fill(ctx: Context, group: Group) -> Repair | str:
     node = group.node
     site = group.site("constant")
+    assert site is not None  # the planner sends here only the groups at a constant site
     facts = site.facts
     if not facts.get("mask_fill"):
         return ("a constant beyond the dtype's range that no softmax reads is a number the model means: "
                 "fix leaves it to you")
     number = float(facts["value"])
-    index = next((i for i, v in enumerate(node.inputs) if v is not None and resolve_scalar(v) is not None
-                  and resolve_scalar(v).value == number), None)
+    index = next((i for i, v in enumerate(node.inputs) if v is not None
+                  and (scalar := resolve_scalar(v)) is not None and scalar.value == number), None)
     tensor = None
     if index is None:
         # a folded mask read as it is stored (a moved one would need its moves redone on the copy)
@@ -35,8 +36,11 @@ def mask_fill(ctx: Context, group: Group) -> Repair | str:
                       and (found := resolve_fill(v)) is not None and found.value == number), None)
         if index is None:
             return "the fill is not a constant input fix can replace"
-        tensor = node.inputs[index].const()
+        stored = node.inputs[index]
+        assert stored is not None  # the search above takes only inputs that are there
+        tensor = stored.const()
     value = node.inputs[index]
+    assert value is not None  # the searches above take only inputs that are there
     target = ctx.target
     fill = -target.max if number < 0 else target.max
     readers = [c for c in value.consumers

@@ -30,7 +30,7 @@ def audit_pairs(graph: Graph, resolver: DtypeResolver, rules: list[Rule], path: 
                 keep: Callable[[list[Finding]], list[Finding]] | None = None) -> list[tuple[Rule, Site, Finding]]:
     """Every finding of the static audit with the rule and the site it came from (in the audit's order), less
     those the inline suppressions and the configured ignores drop: the pass `precaudit check` runs."""
-    return [tuple(m) for m in static_matches(graph, resolver, rules, path, keep=keep)]
+    return [(m.rule, m.site, m.finding) for m in static_matches(graph, resolver, rules, path, keep=keep)]
 
 
 def plan_repairs(ctx: Context, pairs: list[tuple[Rule, Site]]) -> Plan:

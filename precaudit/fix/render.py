@@ -123,6 +123,7 @@ def _repair_body(r, result: FixResult) -> list[str]:
 
 
 def _trace_table(result: FixResult) -> list[str]:
+    assert result.trace is not None  # called only for a result with a trace
     before, after = result.trace
     name = result.target.long_name
 

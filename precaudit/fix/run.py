@@ -273,7 +273,8 @@ def _keep_instead(ctx: Context, repair: Repair) -> list[str]:
     for v in repair.node.inputs:
         producer = v.producer if v is not None else None
         while producer is not None and producer.op_type in ("Cast", "Identity"):
-            producer = producer.inputs[0].producer if producer.input(0) is not None else None
+            x = producer.input(0)
+            producer = x.producer if x is not None else None
         if producer is not None and producer.op_type in ("Max", "Clip"):
             nodes.insert(0, producer)
     return [n.name for n in nodes]

@@ -62,11 +62,13 @@ def _sole_readers(node: Node, allowed: set[int]) -> bool:
 
 def log_softmax(ctx: Context, group: Group) -> Repair | str:
     log = group.node
-    softmax = skip_casts(log.input(0)).producer if skip_casts(log.input(0)) is not None else None
+    source = skip_casts(log.input(0))
+    softmax = source.producer if source is not None else None
     if softmax is None or softmax.op_type != "Softmax" or softmax.input(0) is None:
         return "no Softmax found under the Log"
     edit = ctx.edit
     x = softmax.inputs[0]
+    assert x is not None  # checked above
     name, casts = _cast_if_needed(ctx, x, float_dtype(log.input(0)), log, f"{log.name}/precaudit_cast")
     axis = softmax.attrs.get("axis")
 
@@ -98,6 +100,7 @@ def log_sigmoid(ctx: Context, group: Group) -> Repair | str:
         return "no Sigmoid found under the Log"
     edit = ctx.edit
     x = sigmoid.inputs[0]
+    assert x is not None  # checked above
     name, casts = _cast_if_needed(ctx, x, float_dtype(log.input(0)), log, f"{log.name}/precaudit_cast")
     neg_out = edit.unique(f"{log.name}/precaudit_neg_output")
     sp_out = edit.unique(f"{log.name}/precaudit_softplus_output")
@@ -188,7 +191,8 @@ def _shift_exp(edit: Editable, exp: Node, nodes: list, inits: list, shifted: str
 def max_shift(ctx: Context, group: Group) -> Repair | str:
     div = group.node
     exp, reduce = _exp_under(div.input(0)), _sum_under(div.input(1))
-    divisor = div.input(1).producer if div.input(1) is not None else None
+    sum_value = div.input(1)
+    divisor = sum_value.producer if sum_value is not None else None
     if reduce is None and divisor is not None and divisor.op_type == "Add":
         return ("the divisor is sum(exp(x)) + eps: the max shift would scale what the eps adds by exp(-max), so it "
                 "is not exact; keep the softmax in float32 (precaudit keep-list) or write torch.softmax")
@@ -220,12 +224,15 @@ def logsumexp_shift(ctx: Context, group: Group) -> Repair | str:
     exp = _exp_under(reduce.input(0)) if reduce is not None else None
     if exp is None:
         return "no ReduceSum(Exp(x)) under the Log"
+    assert reduce is not None  # exp was found under it
     if not _sole_readers(exp, {id(reduce)}) or not _sole_readers(reduce, {id(log)}):
         return "the Exp or the sum is read by other nodes too, whose values the shift would change"
     made = _shift(ctx, exp, reduce, f"{exp.name}/precaudit")
     if isinstance(made, str):
         return made
     nodes, inits, shifted, m_keep = made
+    x = exp.inputs[0]
+    assert x is not None  # _shift made its nodes: the Exp has an input
     edit = ctx.edit
     keepdims = int(reduce.attrs.get("keepdims", 1))
     out = log.outputs[0]
@@ -233,11 +240,11 @@ def logsumexp_shift(ctx: Context, group: Group) -> Repair | str:
     after: list = []
     m_out = m_keep
     if not keepdims:
-        more, m_out, extra = _reduce_max(ctx, exp.inputs[0].name, _reduce_axes(reduce)[0] or [], 0,
+        more, m_out, extra = _reduce_max(ctx, x.name, _reduce_axes(reduce)[0] or [], 0,
                                          f"{exp.name}/precaudit_max_out", exp)
         inits += [(n, np.asarray(v, np.int64)) for n, v in extra]
         nodes += more
-    m_name, cast = _cast_if_needed(ctx, _named(exp.inputs[0], m_out), float_dtype(out), log,
+    m_name, cast = _cast_if_needed(ctx, _named(x, m_out), float_dtype(out), log,
                                    f"{log.name}/precaudit_cast")
     after += cast
     add = edit.make_node("Add", [inner, m_name], [out.name], f"{log.name}/precaudit_add_max")

@@ -49,7 +49,8 @@ class _Lowering:
         self.ep = ep
         self.plan = plan
         self.graph = Graph(path=path, producer_name="torch.export", exporter="torch.export")
-        self.values: dict[int, Value | tuple] = {}  # id(fx node) -> Value (or tuple of Values)
+        # id(fx node) -> Value (or tuple of Values); None for an item of a call lowered to nothing
+        self.values: dict[int, Value | tuple | None] = {}
         self._n = 0
         self._prefix = ""  # inside an autocast region's body: the region's node name and "/"
         self._entry: OpDtype | None = None  # the plan's entry for the fx node being lowered
@@ -100,6 +101,7 @@ class _Lowering:
     def _note_the_rest(self) -> None:
         """Under autocast every float value says why it has its dtype: Python numbers and the values no plan
         entry reached take the reason of the tensor they meet."""
+        assert self.plan is not None  # run() notes the rest only under a plan
         label = self.plan.label
         for node in self.graph.nodes:
             like = next((v for v in node.inputs if v is not None and v.dtype_note is not None), None)
@@ -166,7 +168,7 @@ class _Lowering:
         if name in _SKIP or name.startswith(("_enter_autocast", "_exit_autocast")):
             return
         self._entry = self.plan.ops.get(id(fx)) if self.plan is not None else None
-        self._casts: dict[tuple[int, str], Value] = {}  # the casts autocast inserts for this node, made once each
+        self._casts = {}  # the casts autocast inserts for this node, made once each
         self._fx = fx
         try:
             handler = _HANDLERS.get(name)
@@ -195,6 +197,7 @@ class _Lowering:
                     attrs={"to": _ONNX_ELEM[to]}, inputs=[value], opset=23)
         _source(node, self._fx)  # the cast belongs to the op autocast casts for
         value.consumers.append(node)
+        assert self.plan is not None  # an autocast entry comes from the plan
         out = Value(name=node.name, producer=node, dtype=to, shape=value.shape,
                     dtype_note=entry.cast_note or f"{self.plan.label}: {fmt.long_name}")
         node.outputs = [out]

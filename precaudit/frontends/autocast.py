@@ -239,7 +239,8 @@ class _Replay:
                         continue
                     val = node.meta.get("val")
                     env[id(node)] = self._fake(val, getattr(val, "dtype", None))
-                    name = _NAMES.get(getattr(val, "dtype", None))
+                    dtype = getattr(val, "dtype", None)
+                    name = _NAMES.get(dtype) if dtype is not None else None
                     if name is None:
                         continue
                     owner = params.get(node.name)
@@ -361,7 +362,7 @@ class _Replay:
         self.plan.ops[id(node)] = OpDtype([to], note)
         return out
 
-    def _region(self, module, parts, env):
+    def _region(self, module: Any, parts: tuple, env: dict[int, Any]) -> Any:
         """with torch.autocast(device, dtype, enabled) (or torch.no_grad()): the body runs with that state."""
         body_ref, operands, state = parts
         body = getattr(module, body_ref.target)
@@ -387,6 +388,7 @@ class _Replay:
             return self._graph(body, body.graph, inner)
         finally:
             if saved is not None:
+                assert device is not None  # saved only for a device
                 torch.set_autocast_enabled(device, saved[0])
                 torch.set_autocast_dtype(device, saved[1])
 

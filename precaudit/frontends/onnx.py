@@ -7,7 +7,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn, cast
 
 import numpy as np
 import onnx
@@ -247,7 +247,7 @@ class _Builder:
                     found = scopes.get(prefix, scopes)
                     if found is scopes:
                         found = scopes[prefix] = ".".join(p for p in prefix.split("/")[1:] if p) or None
-                    node.scope = found
+                    node.scope = cast("str | None", found)  # (scopes itself only marks a prefix not seen yet)
             if np_.metadata_props:
                 _attach_metadata(node, np_)
             ins = node.inputs
@@ -255,11 +255,11 @@ class _Builder:
                 if not iname:
                     ins.append(None)
                     continue
-                value = get_scope(iname if iname.__class__ is str else text(iname))
-                if value is None:
+                read = get_scope(iname if iname.__class__ is str else text(iname))
+                if read is None:
                     self._missing(node, text(iname))
-                value.consumers.append(node)
-                ins.append(value)
+                read.consumers.append(node)
+                ins.append(read)
             outs = node.outputs
             for oname in outputs:
                 if oname:
@@ -352,7 +352,7 @@ class _Builder:
                                         f"{onnx.AttributeProto.AttributeType.Name(want)}, the file has {got}")
         return attrs, bodies, body_attrs
 
-    def _missing(self, node: Node, iname: str) -> None:
+    def _missing(self, node: Node, iname: str) -> NoReturn:
         # Auditing around the gap would judge nodes by a dtype and a producer nobody can know; say so.
         raise InputError(self.path, f"the graph is invalid: node '{node.name}' ({node.op_type}) reads "
                                     f"'{iname}', which no graph input, initializer or earlier node defines "
@@ -425,7 +425,9 @@ def _schema_types(op_type: str, domain: str, opset: int | None) -> dict[str, int
                                       _domain(domain))
     except Exception:  # an op no schema knows: a custom domain, a typo, a newer opset
         return {}
-    return {name: int(a.type) for name, a in schema.attributes.items() if int(a.type) in _ATTR_TYPES}
+    # (onnx's stub declares AttrType a plain class; it is an IntEnum)
+    return {name: int(a.type) for name, a in schema.attributes.items()  # type: ignore[call-overload]
+            if int(a.type) in _ATTR_TYPES}  # type: ignore[call-overload]
 
 
 def _attr_value(attr: onnx.AttributeProto):
@@ -474,7 +476,7 @@ def _fill_missing_dtype(node: Node) -> None:
             continue
         if node.op_type == "Cast" and "to" in node.attrs:
             out.dtype = _dtype_name(node.attrs["to"])
-        elif node.op_type == "CastLike" and node.input(1) is not None:
-            out.dtype = node.inputs[1].dtype
+        elif node.op_type == "CastLike" and (like := node.input(1)) is not None:
+            out.dtype = like.dtype
         else:
             out.dtype = next((v.dtype for v in node.inputs if v is not None and v.dtype), None)

@@ -32,7 +32,7 @@ __all__ = ["element_count", "tensor_loader", "text", "MAP_BYTES"]
 
 _T = onnx.TensorProto
 # Types stored several to a byte: bits per element.
-_PACKED_BITS = {_T.INT4: 4, _T.UINT4: 4, _T.FLOAT4E2M1: 4}
+_PACKED_BITS: dict[int, int] = {_T.INT4: 4, _T.UINT4: 4, _T.FLOAT4E2M1: 4}
 for _name, _bits in (("INT2", 2), ("UINT2", 2)):
     if hasattr(_T, _name):
         _PACKED_BITS[getattr(_T, _name)] = _bits

@@ -153,6 +153,7 @@ def _import_model(target: str, folder: Path):
     path = Path(target)
     name = _MODEL_MODULE + path.stem
     mod_spec = importlib.util.spec_from_file_location(name, path)
+    assert mod_spec is not None and mod_spec.loader is not None  # a .py file always has a spec and a loader
     module = importlib.util.module_from_spec(mod_spec)
     sys.path.insert(0, str(folder))  # so the file can import its neighbours
     sys.modules[name] = module

@@ -116,7 +116,7 @@ class _LogAxis:
         return out
 
 
-def _range_of(values: Iterable[float], fmt: Format) -> tuple[float, float]:
+def _range_of(values: Iterable[float | None], fmt: Format) -> tuple[float, float]:
     """log2 bounds: the format's subnormals to above its max, widened to the data (within reason)."""
     logs = [math.log2(v) for v in values if v and v > 0 and math.isfinite(v)]
     lo = math.log2(fmt.smallest_subnormal) - 3

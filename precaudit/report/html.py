@@ -175,6 +175,7 @@ def _profile(outcome: Outcome, model: str):
 def _traced_section(i: int, model: str, outcome: Outcome, fmt: Format) -> str:
     run = outcome.result.traces[model]
     findings = [shown(f) for f in outcome.result.findings if f.model == model]
+    assert run.profile is not None  # a traced section is made only for a run with a profile
     parts = [f'<section id="trace-{i}" class="model"><h2>Headroom: {esc(model)}</h2>', _headroom(run, fmt, findings)]
     if run.profile.norms:
         parts.append(_norms(run, fmt))
@@ -188,6 +189,7 @@ def _dtype_section(i: int, model: str, outcome: Outcome, fmt: Format) -> str:
 
 def _headroom(run: TraceRun, fmt: Format, findings: Sequence[Finding]) -> str:
     profile = run.profile
+    assert profile is not None  # drawn only for a run with a profile (_traced_section)
     values = profile.values
     chart, buckets = headroom_chart(profile, fmt, findings)
     over = sum(1 for p in values if p.overflow)
@@ -219,6 +221,7 @@ def _headroom(run: TraceRun, fmt: Format, findings: Sequence[Finding]) -> str:
 
 
 def _norms(run: TraceRun, fmt: Format) -> str:
+    assert run.profile is not None  # drawn only for a run with a profile (_traced_section)
     norms = run.profile.norms
     rows = "".join(
         f'<tr class="{"bad" if n.zero_variance_rows or (n.eps is not None and n.median_variance < n.eps) else ""}">'

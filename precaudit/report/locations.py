@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from ..escape import printable
 from ..finding import Finding
@@ -33,8 +34,8 @@ def shown(f: Finding) -> Finding:
     renderer prints from, rather than field by field, leaves no field for a new line of a report to forget.
     Paths still to be resolved (relative_path) and the fingerprint must come from the raw finding.
     """
-    changes = {fld.name: printable(value) for fld in dataclasses.fields(f)
-               if isinstance(value := getattr(f, fld.name), str)}
+    changes: dict[str, Any] = {fld.name: printable(value) for fld in dataclasses.fields(f)
+                               if isinstance(value := getattr(f, fld.name), str)}
     changes["values"] = {k: printable(v) if isinstance(v, str) else v for k, v in f.values.items()}
     changes["references"] = [printable(r) for r in f.references]
     return dataclasses.replace(f, **changes)

@@ -117,7 +117,7 @@ class Condition:
         return {"text": self.text, "tree": self._tree}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["text"], state["tree"])
+        type(self).__init__(self, state["text"], state["tree"])
 
     def __repr__(self) -> str:
         return f"Condition({self.text!r})"
@@ -291,6 +291,7 @@ def _compile(node: ast.AST) -> Callable[[Mapping[str, Any]], Any]:
             return _binary(op, left, right)
         return binary
     if isinstance(node, ast.Call):
+        assert isinstance(node.func, ast.Name)  # _check_node allows calls of the named functions only
         arguments = [_compile(a) for a in node.args]
         function, _, _, numeric = _FUNCTIONS[node.func.id]
         where = f"{node.func.id}()"
@@ -311,7 +312,7 @@ def _compile(node: ast.AST) -> Callable[[Mapping[str, Any]], Any]:
     raise ConditionError(f"'{type(node).__name__}' is not allowed in a condition")  # unreachable after parse
 
 
-def _binary(op: type, left: Any, right: Any) -> Any:
+def _binary(op: type[ast.operator], left: Any, right: Any) -> Any:
     """One arithmetic operator, with every size bounded: no operand or result can grow without limit."""
     symbol = _SYMBOL[op]
     if _is_number(left) and _is_number(right):

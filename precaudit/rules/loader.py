@@ -262,7 +262,7 @@ def _read(path: Path, budget: _Budget | None = None, trusted: bool = False) -> t
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
     problem = "; ".join(str(part) for part in (getattr(exc, "context", None), getattr(exc, "problem", None)) if part)
-    problem = problem or getattr(exc, "reason", None)
+    problem = problem or str(getattr(exc, "reason", None) or "")
     if not problem:
         text = str(exc).strip()
         problem = text.splitlines()[0] if text else type(exc).__name__
@@ -408,13 +408,15 @@ def _build(data: dict, path: Path, where: dict[str, tuple[str, int]]) -> Rule:
     if ("sites" in data) == ("pattern" in data):
         raise fail("id", "a rule needs exactly one of 'sites' (site kinds) or 'pattern' (an op pattern)")
     params = data.get("params") or {}
-    pattern = None
+    pattern: OpP | None = None
     if "pattern" in data:
         try:
-            pattern = compile_pattern(data["pattern"])
-            root_ops(pattern)
+            compiled = compile_pattern(data["pattern"])
+            root_ops(compiled)  # the top is an op, or this raises
         except PatternError as exc:
             raise fail("pattern", _brief(str(exc), 300)) from None
+        assert isinstance(compiled, OpP)
+        pattern = compiled
         sites = ["pattern"]
         known = PATTERN_FACTS | pattern_names(pattern) | set(params)
     else:

@@ -33,12 +33,14 @@ def trace_rule(graph: Graph, resolver: DtypeResolver, rule: Rule, node_glob: str
 
 
 def _trace_pattern(graph: Graph, resolver: DtypeResolver, rule: Rule, node_glob: str) -> list[str]:
+    pattern = rule.pattern
+    assert pattern is not None  # trace_rule sends only a pattern rule here
     lines = []
-    matched = {id(s.node): s for s in collect_sites(graph, resolver, {rule.id: rule.pattern}) if s.rule_id == rule.id}
+    matched = {id(s.node): s for s in collect_sites(graph, resolver, {rule.id: pattern}) if s.rule_id == rule.id}
     for node in graph.nodes:
-        if node.op_type not in rule.pattern.ops or not fnmatchcase(node.name, node_glob):
+        if node.op_type not in pattern.ops or not fnmatchcase(node.name, node_glob):
             continue
-        result = match_node(rule.pattern, node)
+        result = match_node(pattern, node)
         where = f"node '{node.name}' ({node.op_type})"
         if not result.ok:
             lines.append(f"{where}: no match: {result.reason}")
@@ -47,7 +49,7 @@ def _trace_pattern(graph: Graph, resolver: DtypeResolver, rule: Rule, node_glob:
         else:
             lines.append(f"{where}: matched; {_verdict(rule, {**matched[id(node)].facts, **rule.params}, node.name)}")
     if not lines:
-        lines.append(f"no {' or '.join(rule.pattern.ops)} node in the graph{_glob_note(node_glob)}")
+        lines.append(f"no {' or '.join(pattern.ops)} node in the graph{_glob_note(node_glob)}")
     return lines
 
 

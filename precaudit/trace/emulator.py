@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, cast
 
 import numpy as np
 
@@ -436,7 +436,8 @@ class Emulator:
         implicit = {id(n): implicit_inputs(n) for n in nodes if n.bodies}
         kept = {id(v) for v in self.graph.outputs}
         # the last step that reads each value, inside a control-flow body included
-        self.last_read = last = {}
+        last: dict[int, int] = {}
+        self.last_read = last
         last_const: dict[int, tuple[int, Value]] = {}
         for i, node in enumerate(nodes):
             for v in [*node.inputs, *implicit.get(id(node), [])]:
@@ -500,7 +501,7 @@ class Emulator:
         held = self._held_cache.get(id(value), self)
         if held is self:
             held = self._held_cache[id(value)] = self._held_uncached(value)
-        return held
+        return cast("Format | None", held)  # (self only marks a value not seen yet, and is replaced above)
 
     def _held_uncached(self, value: Value) -> Format | None:
         node = value.producer
@@ -536,4 +537,8 @@ class Emulator:
         fmt = dtype.fmt if dtype is not None else None
         if fmt is None or fmt.name in ("fp32", "fp64"):
             return self._emu_ctx
-        return KernelContext(np.float32, round_stat=lambda a, f=fmt: round_into(np.asarray(a), f))
+
+        def round_stat(a: np.ndarray, f: Format = fmt) -> np.ndarray:
+            return round_into(np.asarray(a), f)
+
+        return KernelContext(np.float32, round_stat=round_stat)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import onnx
 from onnx import helper
 
 from ..errors import InputError
 from ..ir import Graph, Node
+
+if TYPE_CHECKING:
+    from onnx.reference import ReferenceEvaluator
 
 __all__ = ["ReferenceFallback"]
 
@@ -19,7 +24,7 @@ class ReferenceFallback:
 
     def __init__(self, graph: Graph):
         self.graph = graph
-        self._evaluators: dict[tuple, object] = {}
+        self._evaluators: dict[tuple, ReferenceEvaluator] = {}
 
     def run(self, node: Node, args: list) -> list:
         if node.op_type in _CONTROL_FLOW or node.subgraph_path:
@@ -37,7 +42,7 @@ class ReferenceFallback:
             raise InputError(self.graph.path, f"traced mode cannot run node '{node.name}' ({node.op_type}): "
                                               f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
 
-    def _build(self, node: Node, args: list):
+    def _build(self, node: Node, args: list) -> ReferenceEvaluator:
         from onnx.reference import ReferenceEvaluator
 
         names = [f"i{i}" if a is not None else "" for i, a in enumerate(args)]

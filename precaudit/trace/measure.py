@@ -45,9 +45,9 @@ def attach_probes(graph: Graph, resolver: DtypeResolver, emulator: Emulator) -> 
     for node in graph.nodes:
         index = WATCHED_INPUT.get(node.op_type)
         if index is not None and node.domain in ("", "ai.onnx") and node.input(index) is not None:
-            stats = InputStats()
-            emulator.hooks.setdefault(id(node), []).append(_input_hook(stats, index))
-            probes.ops.append((node, stats))
+            op_stats = InputStats()
+            emulator.hooks.setdefault(id(node), []).append(_input_hook(op_stats, index))
+            probes.ops.append((node, op_stats))
     return probes
 
 

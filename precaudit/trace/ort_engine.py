@@ -34,26 +34,30 @@ are fed to the session like any other input.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generator
+from typing import TYPE_CHECKING, Generator, Literal, cast
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..converters import Clamp
-from ..dtypes import FORMATS
+from ..dtypes import FORMATS, Format
 from ..errors import InputError
 from ..ir import Node, Value
 from .fallback import as_reference
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    import onnxruntime as ort
+
     from .emulator import Emulator, _Step
 
 __all__ = ["OrtSegments", "onnxruntime_available"]
 
 # Formats a Cast pair rounds into; fp8 stays on numpy (onnxruntime's Cast saturates by default, and needs opset 19).
 _ROUND_TO = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
-_NARROW_FORMAT = {TensorProto.FLOAT16: FORMATS["fp16"], TensorProto.BFLOAT16: FORMATS["bf16"]}
+_NARROW_FORMAT: dict[int, Format] = {TensorProto.FLOAT16: FORMATS["fp16"], TensorProto.BFLOAT16: FORMATS["bf16"]}
 _HELD_AS_IS = {"fp32", "fp64"}
 _NARROW = {TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ,
            TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ}
@@ -80,11 +84,12 @@ def onnxruntime_available() -> bool:
 class _Segment:
     start: int
     end: int
-    session: object
+    session: "ort.InferenceSession"
     ref_feeds: list[tuple[str, int]]  # (graph input name, value id) fed from the reference env
     emu_feeds: list[tuple[str, int]]  # the same from the emulated env
     fetch: list[tuple[str, int, bool]]  # (output name, value id, emulated?)
-    run_options: object = None  # quiet: a failed run falls back to numpy, which says what went wrong in one line
+    # quiet: a failed run falls back to numpy, which says what went wrong in one line
+    run_options: "ort.RunOptions | None" = None
     weights: list[tuple[str, Value]] = field(default_factory=list)  # (input name, constant) fed at each run
     # (weight's input name, clamped copy's input name, clamp): a weight the --converter's clamp changes, fed clamped
     # beside itself for the emulated run
@@ -115,11 +120,13 @@ class OrtSegments:
         # may come from a Transpose, whose own numbers are not measured)
         self._measured = self._measured_values()
         self._opsets = self._opset_imports()
-        self._widener = None  # a one-Cast session, made when the first float16 weight is fed
-        self._rounders: dict[int, object] = {}  # per narrow type, a Cast-pair session that rounds weights
+        # a one-Cast session, made when the first float16 weight is fed
+        self._widener: "ort.InferenceSession | Literal[False] | None" = None
+        # per narrow type, a Cast-pair session that rounds weights
+        self._rounders: dict[int, "ort.InferenceSession | Literal[False]"] = {}
         # a segment's values are measured on a second thread while the next segment runs on onnxruntime
-        self._worker = None
-        self._pending = None
+        self._worker: "ThreadPoolExecutor | None" = None
+        self._pending: "Future[None] | None" = None
         self._clamp_changes: dict[int, bool] = {}  # per weight under a --converter clamp: does the clamp change it
 
     # ---- running -------------------------------------------------------------------------------------------
@@ -128,8 +135,9 @@ class OrtSegments:
         """Run and measure the segment starting at step i; the step after it, or None to run step i on numpy."""
         if not self.eligible[i]:
             return None
-        segment = self._segments.get(i, self)
-        if segment is self:
+        if i in self._segments:
+            segment = self._segments[i]
+        else:
             segment = self._segments[i] = self._build(i, emu, ref)
             if segment is not None:
                 self._last_size = segment.end - segment.start
@@ -197,6 +205,7 @@ class OrtSegments:
         reference's dtype (float32 for narrow floats), anything else as it is. External data is memory-mapped, so a
         float32 weight is handed over as the file's pages, and a float16 one is widened straight from them."""
         feeds = {}
+        clamp: Clamp | None
         for name, value in segment.weights:
             data = np.asarray(value.const())
             feeds[name] = self._widen(data) if data.dtype == np.float16 else _contiguous(as_reference(data))
@@ -432,11 +441,13 @@ class OrtSegments:
             if id(v) not in rounded_consts:
                 rounded_consts.add(id(v))
                 source, clamp = v.name, em._const_clamps.get(id(v))
+                held = em._held(v)
+                assert held is not None  # not shared: it is held in a narrow format
                 if round_outside and v.name in weight_names:
                     inputs[name] = onnx.ValueInfoProto()
                     inputs[name].CopyFrom(inputs[v.name])  # (a float32 weight: only those are rounded)
                     inputs[name].name = name
-                    rounded.append((name, v.name, _ROUND_TO[em._held(v).name], clamp))
+                    rounded.append((name, v.name, _ROUND_TO[held.name], clamp))
                     return name
                 if clamp is not None and v.name in consts:
                     source = f"clamp::{v.name}"
@@ -447,7 +458,7 @@ class OrtSegments:
                     inputs[source].CopyFrom(inputs[v.name])  # (a float32 weight: only float32 ones are converted)
                     inputs[source].name = source
                     clamps.append((v.name, source, clamp))
-                nodes.extend(_round_trip(source, name, _ROUND_TO[em._held(v).name]))
+                nodes.extend(_round_trip(source, name, _ROUND_TO[held.name]))
             return name
 
         def arg(v: Value | None, emulated: bool, read: int = 0) -> str:
@@ -527,7 +538,7 @@ class OrtSegments:
         built = {}
         for key, body in node.bodies.items():
             stack = [self._body(body, node.body_nodes.get(key, []), outer, emulated)]
-            result = None
+            result: onnx.GraphProto | None = None
             while stack:
                 try:
                     nested = stack[-1].send(result)
@@ -537,11 +548,12 @@ class OrtSegments:
                     continue
                 stack.append(self._body(*nested, emulated))
                 result = None
-            built[key] = result
+            built[key] = cast(onnx.GraphProto, result)  # the stack empties as the outermost body returns
         return built
 
     def _body(self, body: onnx.GraphProto, node_list: list[Node], outer: dict[str, str],
-              emulated: bool) -> Generator[tuple, onnx.GraphProto, onnx.GraphProto]:
+              emulated: bool) -> Generator[tuple[onnx.GraphProto, list[Node], dict[str, str]], onnx.GraphProto | None,
+                                           onnx.GraphProto]:
         """One body rewritten (a generator: it yields each nested body it needs, see _bodies)."""
         em = self.em
         inner = node_list  # the IR's copy of the body, node for node
@@ -621,7 +633,7 @@ class OrtSegments:
         return opsets
 
 
-def _caster(casts: list[tuple[int, int]]):
+def _caster(casts: list[tuple[int, int]]) -> "ort.InferenceSession | Literal[False]":
     """A session of Casts x → y (each (from, to)) without an arena: its outputs are precaudit's arrays (the widener
     of float16 weights, the rounders of float32 ones); False where onnxruntime will not build it (numpy does it then)."""
     import onnxruntime as ort

@@ -59,7 +59,10 @@ def _constant_overflows(node: Node, fmt: Format) -> bool:
     for value in node.inputs:
         if value is not None and is_constant(value):
             while not value.is_const:  # through the Cast/Expand/Reshape to the stored constant
-                value = value.producer.input(0)
+                producer = value.producer
+                assert producer is not None  # is_constant: moves all the way down to a stored constant
+                value = producer.input(0)
+                assert value is not None  # (the same)
             data = value.const()
             if data is not None and data.dtype.kind == "f" and data.size and \
                     _absmax_reaches(np.asarray(data), fmt.overflow_threshold):
@@ -68,8 +71,9 @@ def _constant_overflows(node: Node, fmt: Format) -> bool:
 
 
 # Per IEEE float dtype: the unsigned integer of its bits, and the bits of +inf (|x| above it is a NaN).
-_BITS = {np.dtype(np.float16): (np.uint16, 0x7C00), np.dtype(np.float32): (np.uint32, 0x7F800000),
-         np.dtype(np.float64): (np.uint64, 0x7FF0000000000000)}
+_BITS: dict[np.dtype, tuple[type[np.unsignedinteger], int]] = {
+    np.dtype(np.float16): (np.uint16, 0x7C00), np.dtype(np.float32): (np.uint32, 0x7F800000),
+    np.dtype(np.float64): (np.uint64, 0x7FF0000000000000)}
 _CHUNK = 1 << 22
 
 
@@ -188,6 +192,7 @@ def first_nonfinite_site(graph: Graph, resolver: DtypeResolver, stats: dict[int,
 def _chain_to_output(start: Value, bad: set[int], outputs: dict[int, Value]) -> tuple[list[str], Value | None]:
     """The shortest path of nodes from the value's producer to a graph output, through non-finite values only."""
     first = start.producer
+    assert first is not None  # start is an output of the node whose inf/NaN it is
     queue = deque([(start, [first.name])])
     seen = {id(start)}
     fallback = [first.name]
