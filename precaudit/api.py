@@ -26,7 +26,7 @@ from .errors import InputError
 
 if TYPE_CHECKING:
     from .finding import Finding
-    from .fix.run import FixResult
+    from .fixer.run import FixResult
     from .keeplist import KeepList
     from .report.outcome import Outcome
 
@@ -148,7 +148,7 @@ def fix(model: str | os.PathLike, output: str | os.PathLike | None = None, dtype
     """`precaudit fix MODEL -o OUTPUT`: repair, gate each repair on the float32 change it makes on `inputs` (a path
     or list of .npz batches, or TraceOptions fields as a dict), write OUTPUT only after every check;
     FixResult.exit_code says what the command line would exit with."""
-    from .fix.command import run_checked
+    from .fixer.command import run_checked
     from .options import TraceOptions
 
     settings = _settings({"dtype": dtype, "keep_fp32": list(keep_fp32), "rules": list(rules),

@@ -191,7 +191,7 @@ def fix(*, model: str, output: Path | None, dtype: str | None, dry_run: bool, mi
     """Repair what the audit found, minimally and locally; write a new model, checked against the original."""
     from .config import load_settings
     from .files import check_output
-    from .fix.command import fix_report
+    from .fixer.command import fix_report
     from .options import TRACE_ENGINES, TraceOptions
 
     if output is not None:

@@ -1,4 +1,4 @@
-"""The repair kinds `precaudit fix` knows: what a rule's `repair:` key may name (data only: fix/planner.py maps
+"""The repair kinds `precaudit fix` knows: what a rule's `repair:` key may name (data only: fixer/planner.py maps
 each kind to the code that makes it, and a user's rule may reuse any of them on the site kinds it fits)."""
 
 from __future__ import annotations
@@ -18,5 +18,5 @@ REPAIR_KINDS = {
     "guard": "Max(x, c) before a Log, Sqrt, Div or Reciprocal; a floor on data only with --data-floor",
     "mask-fill": "the fill becomes the target's own finfo.min",
 }
-# the kinds one norm's findings share: planned together, by the norm repair (fix/eps.py)
+# the kinds one norm's findings share: planned together, by the norm repair (fixer/eps.py)
 NORM_KINDS = ("eps-raise", "eps-inside-root", "eps-add", "norm-float32")

@@ -95,3 +95,14 @@ def test_importing_precaudit_loads_no_pipeline():
             "print(sorted(m for m in sys.modules if m.startswith(('onnx', 'numpy', 'precaudit.'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == [precaudit.__version__, "[]"]
+
+
+def test_the_api_names_are_the_functions_after_every_subpackage_loads():
+    """A subpackage named like a function (precaudit/fix/ once) is set on the package when imported and hides it."""
+    import importlib
+
+    from precaudit import api
+
+    for module in ("precaudit.fixer.run", "precaudit.audit_models", "precaudit.keeplist", "precaudit.pipeline"):
+        importlib.import_module(module)
+    assert precaudit.audit is api.audit and precaudit.fix is api.fix and precaudit.keep_list is api.keep_list

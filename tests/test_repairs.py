@@ -10,7 +10,7 @@ import pytest
 from fixtures import fix_models
 from fixtures.onnx_builders import chain_model, save
 from precaudit.cli import main
-from precaudit.fix import planner
+from precaudit.fixer import planner
 from precaudit.repairs import NORM_KINDS, REPAIR_KINDS
 from precaudit.rules.loader import load_rules
 

@@ -47,6 +47,11 @@ FACT_NAMES["weight"] = {"op", "name", "source", "consumer", "elements", "nonzero
 FACT_NAMES["pow"].add("exponent")
 # An eps added to, or a floor (Max, Clip) on, what a division, a negative power, a Log or a Sqrt reads, outside any
 # norm: the site is the guard node, judged as a norm's eps is; guarded_class is the sign class of what it guards.
+# Sin and Cos of an angle made from integers (position x frequency); and a float that carries integers (a Range,
+# a CumSum of ones, a Cast of integer positions): how large the graph lets them get, against the format's spacing.
+FACT_NAMES["angle"] = {"op", "angle_from", "position_bound", "max_frequency", "angle_bound", "angle_bound_text",
+                       "angle_spacing", "coarse_from", *_DTYPE_FACTS}
+FACT_NAMES["integer_float"] = {"op", "integer_from", "int_bound", "exact_limit", *_DTYPE_FACTS}
 FACT_NAMES["guard"] = {"op", "guard_op", "reader", "reader_op", "guarded_class", "reader_input_class",
                        "in_norm_chain", *_EPS_FACTS, *_DTYPE_FACTS}
 FACT_NAMES["softmax"].add("axis")
@@ -98,12 +103,64 @@ def find_sites(graph: Graph, resolver: DtypeResolver, signs: SignAnalysis) -> li
             guard = _guard_site(node, resolver, signs)
             if guard is not None and id(guard.node) not in guards:
                 guards[id(guard.node)] = guard
+        elif node.op_type in ("Sin", "Cos"):
+            site = _angle_site(node, resolver)
+            if site is not None:
+                reductions.append(site)
         elif node.op_type in _REDUCTIONS:
             site = _reduction_site(node, resolver)
             if site is not None:
                 reductions.append(site)
+        if node.op_type in ("Range", "CumSum", "Cast"):
+            site = _integer_site(node, resolver)
+            if site is not None:
+                reductions.append(site)
     order = {id(node): i for i, node in enumerate(graph.nodes)}
     return sorted([*sites.values(), *reductions, *guards.values()], key=lambda s: order[id(s.node)])
+
+
+def _spacing(bound: float, fmt: Format) -> float:
+    """The distance between neighbouring values of the format at |x| = bound (normal range)."""
+    return 2.0 ** math.floor(math.log2(bound)) * fmt.ulp_at_1 if bound > 0 else 0.0
+
+
+def _angle_site(node: Node, resolver: DtypeResolver) -> Site | None:
+    from .canonical import producer
+    from .integers import angle_source
+
+    angle = angle_source(node.input(0))
+    if angle is None:
+        return None
+    maker = producer(node.input(0)) or node
+    dtype = resolver.of_node(maker)
+    if dtype is None:
+        return None
+    fmt = dtype.fmt
+    facts = {"op": node.op_type, "angle_from": angle.positions.kind, "position_bound": angle.positions.bound,
+             "max_frequency": angle.frequency, "angle_bound": angle.bound,
+             "angle_bound_text": f"at most {angle.bound:.6g} rad" if angle.bound else
+             "with no bound the shapes fix (the positions follow a symbolic dim)",
+             "angle_spacing": _spacing(angle.bound, fmt) if angle.bound else None,
+             # from this |angle| on, neighbouring values are 1/8 rad apart or more
+             "coarse_from": 0.125 / fmt.ulp_at_1, **dtype_facts(dtype, resolver)}
+    return Site("angle", node, facts, span=[angle.positions.node, maker, node])
+
+
+def _integer_site(node: Node, resolver: DtypeResolver) -> Site | None:
+    from .integers import integer_source
+
+    if not node.outputs or node.outputs[0].dtype not in FORMATS:
+        return None
+    source = integer_source(node.outputs[0])
+    if source is None or source.node is not node:
+        return None
+    dtype = resolver.of_value(node.outputs[0])
+    if dtype is None:
+        return None
+    facts = {"op": node.op_type, "integer_from": source.kind, "int_bound": source.bound,
+             # every integer up to 2**(mantissa bits + 1) is exact: float16 2048, bfloat16 256
+             "exact_limit": 2 / dtype.fmt.ulp_at_1, **dtype_facts(dtype, resolver)}
+    return Site("integer_float", node, facts)
 
 
 def _guarded_input(node: Node) -> Value | None:

@@ -149,7 +149,7 @@ def run_fix(model: str, output: str | None, target: Format, rules: list[Rule], k
             if not plan.repairs:  # nothing left to write: no re-audit, no comparison of a model not written
                 result.after, result.new, result.comparison = None, [], None
                 break
-        _problems(result)
+        _problems(result, options.data_floor)
         for repair in result.plan.repairs:  # the alternative where float32 answers it: the keep, no change at all
             repair.keep_instead = _keep_instead(ctx, repair)
         if trace and result.plan.repairs:
@@ -280,12 +280,19 @@ def _keep_instead(ctx: Context, repair: Repair) -> list[str]:
     return [n.name for n in nodes]
 
 
-def _problems(result: FixResult) -> None:
+def _problems(result: FixResult, data_floor: str) -> None:
     """What keeps the fixed model from being written at all: a repaired finding still there, a new finding."""
     for repair in result.plan.repairs:
         if repair.still_flagged:
             result.problems.append(f"{repair.kind} at '{repair.node.name}': the re-audit still finds "
                                    f"{', '.join(repair.still_flagged)} there")
+    asked = {name: r for r in result.plan.repairs if r.kind in ("guard", "guard-raise") for name in r.nodes}
     for finding in result.new:
+        floored = asked.get(finding.node_name)
+        if floored is not None and finding.rule_id == "PA306" and data_floor == "subnormal":
+            # the floor the user asked for is a subnormal number, which is what PA306 says: a note, not a failure
+            floored.notes.append(f"PA306 now holds here: the floor asked for (--data-floor subnormal) is a subnormal "
+                                f"{result.target.long_name} number, 0.0 wherever subnormals are flushed to zero")
+            continue
         result.problems.append(f"the fixed model has a finding the original had not: {finding.rule_id} at "
                                f"'{finding.node_name}'")
