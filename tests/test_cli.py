@@ -284,9 +284,9 @@ def test_options_may_come_between_and_after_the_models(underflow, subnormal, tmp
 
 
 @pytest.mark.parametrize("args,says", [
-    (["--samples", "x"], "Invalid value for '--samples': Input should be a valid integer"),
+    (["--samples", "x"], "Invalid value for '--samples': 'x' is not a valid int range."),
     (["--fail-on", "sometimes"], "'sometimes' is not one of 'error', 'warning', 'info', 'never'"),
-    (["--jobs", "0"], "Invalid value for '--jobs' / '-j': Input should be greater than or equal to 1"),
+    (["--jobs", "0"], "Invalid value for '--jobs' / '-j': 0 is not in the range x>=1."),
     (["--output"], "Option '--output' requires an argument."),
     (["--bogus"], "No such option: --bogus"),
 ])
