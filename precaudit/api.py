@@ -16,6 +16,7 @@ factory that raises) is an entry in Report.errors, and Report.exit_code is then 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -246,8 +247,7 @@ def _rename(outcome: Outcome, shown: dict[str, str]) -> None:
     if not shown:
         return
     result = outcome.result
-    for finding in result.findings:
-        finding.model = shown.get(finding.model, finding.model)
+    result.findings = [dataclasses.replace(f, model=shown.get(f.model, f.model)) for f in result.findings]
     result.models = [shown.get(m, m) for m in result.models]
     result.traces = {shown.get(m, m): run for m, run in result.traces.items()}
     result.quantized = {shown.get(m, m): q for m, q in result.quantized.items()}

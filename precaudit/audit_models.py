@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import gc
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable
@@ -125,9 +127,9 @@ def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32:
                 else []
             with _collector_paused():
                 findings = apply_rules(rules, sites, path)
-                measured = apply_rules(rules, traced, path)
-                for finding in measured:  # a traced number holds for the inputs it was measured on, and says which
-                    finding.inputs = result.traces[path].source
+                # a traced number holds for the inputs it was measured on, and says which
+                source = result.traces[path].source if traced else None
+                measured = [dataclasses.replace(f, inputs=source) for f in apply_rules(rules, traced, path)]
                 findings += measured + apply_rules(rules, weights, path)
                 result.findings.extend(drop_suppressed(findings))
         except InputError as exc:

@@ -42,9 +42,9 @@ def _key_of_resolved(resolved: Path) -> str:
     return resolved.name
 
 
-@dataclass
+@dataclass(frozen=True)
 class Finding:
-    """One rule firing at one site.
+    """One rule firing at one site (frozen: a report, a baseline and the Python API share them).
 
     Names, paths and messages are raw, as the model spells them (JSON and SARIF carry them so); a report for
     people prints report.locations.shown(finding), the copy with every string escaped by escape.printable.

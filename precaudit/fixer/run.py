@@ -4,6 +4,7 @@ and only then rename into place."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,8 +206,8 @@ def _reaudit(result: FixResult, tmp: str, target: Format, rules: list[Rule], kee
     result.after = [f for _, _, f in audit_pairs(fixed_graph, fixed_resolver, rules, result.output or tmp, keep)]
     # a repair that moved a norm's eps (inside the root, or added one) moved its site: its findings are the same norm's
     moved = {r.moved_to: r.node.name for r in result.plan.repairs if r.moved_to}
-    for finding in result.after:
-        finding.node_name = moved.get(finding.node_name, finding.node_name)
+    result.after = [dataclasses.replace(f, node_name=moved[f.node_name]) if f.node_name in moved else f
+                    for f in result.after]
     before = {(f.rule_id, f.node_name) for f in result.before}
     after = {(f.rule_id, f.node_name) for f in result.after}
     result.new = [f for f in result.after if (f.rule_id, f.node_name) not in before]
