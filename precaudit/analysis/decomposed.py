@@ -23,7 +23,7 @@ from .compute_dtype import ComputeDtype, DtypeResolver
 from .constants import ScalarConst, resolve_scalar
 from .sites import Site, dtype_facts, eps_facts, scalar_of
 
-__all__ = ["ChainScan", "find_decomposed_norms"]
+__all__ = ["narrower", "ChainScan", "find_decomposed_norms"]
 
 _OPTIMIZED_AWAY = ("; torch.onnx's dynamo exporter deletes Add(x, c) when |c| <= 1e-8, so a tiny eps written in the "
                    "source may have been optimized away")
@@ -82,7 +82,7 @@ def _scan_root(root: Node, graph: Graph, resolver: DtypeResolver, scan: ChainSca
         site_node, eps, placement = root, None, "missing"
     else:
         return  # a root that no division uses is not a normalization (a std for logging, say)
-    dtype = _narrower(resolver.of_node(site_node), resolver.of_node(root), root) if site_node is not root \
+    dtype = narrower(resolver.of_node(site_node), resolver.of_node(root), root) if site_node is not root \
         else resolver.of_node(root)
     if dtype is None:
         return
@@ -245,7 +245,7 @@ def _root_value(value: Value | None) -> Value | None:
     return value
 
 
-def _narrower(at_eps: ComputeDtype | None, at_root: ComputeDtype | None, root: Node) -> ComputeDtype | None:
+def narrower(at_eps: ComputeDtype | None, at_root: ComputeDtype | None, root: Node) -> ComputeDtype | None:
     """var + eps only helps if it survives into the square root: judge it in the less precise of the two."""
     if at_eps is None or at_root is None or at_root.fmt.ulp_at_1 <= at_eps.fmt.ulp_at_1:
         return at_eps

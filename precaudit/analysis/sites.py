@@ -195,7 +195,11 @@ def _guard_site(reader: Node, resolver: DtypeResolver, signs: SignAnalysis) -> S
                 break
     if const is None or not 0 < const.value < 1:  # an eps, not a bias or a shift
         return None
-    dtype = resolver.of_node(guard)
+    from .decomposed import narrower
+
+    # a guard kept in float32 whose reader is not is cast back to the reader's dtype (a converter's block list
+    # does that): the eps must survive there too
+    dtype = narrower(resolver.of_node(guard), resolver.of_node(reader), reader)
     if dtype is None:
         return None
     facts = {"op": guard.op_type, "guard_op": guard.op_type, "reader": reader.name, "reader_op": reader.op_type,
