@@ -16,7 +16,7 @@ from typing import BinaryIO
 from .errors import InputError
 
 __all__ = ["open_regular", "read_bytes", "read_text", "check_regular", "MiB", "start_run", "note_read", "check_output",
-           "write_new", "read_so_far", "add_read"]
+           "write_new", "replace_with", "read_so_far", "add_read"]
 
 MiB = 1 << 20
 
@@ -51,46 +51,64 @@ def write_new(path: str | os.PathLike, text: str, may_replace: tuple[str | os.Pa
               what: str = "the report") -> None:
     """Write an output file, refusing one that is (by identity, not by name) a file this run reads.
 
-    A regular file is replaced through a temporary file and a rename, so a reader of the old file (or a hard link
-    to it) never sees half a report; other targets (/dev/stdout, a FIFO the user made) are written in place.
+    Written to a temporary file in the target's folder and renamed into place after the checks, so a reader of the
+    old file (or a hard link to it) never sees half a report.
     """
     shown = str(path)
-    st = check_output(path, may_replace, what)
+    target = check_output(path, may_replace, what)
     data = text.encode("utf-8", "surrogateescape")
     try:
-        if st is not None and not stat.S_ISREG(st.st_mode):
-            with open(path, "wb") as fh:
-                fh.write(data)
-            return
-        _replace(Path(path), data)
+        replace_with(target, data, may_replace, what, shown)
     except OSError as exc:
         raise InputError(shown, f"cannot write it: {exc.strerror or exc}") from None
 
 
 def check_output(path: str | os.PathLike, may_replace: tuple[str | os.PathLike, ...] = (),
-                 what: str = "the report") -> os.stat_result | None:
-    """Refuse an output path that is one of the run's inputs (by identity); its stat, or None if it is new."""
+                 what: str = "the report") -> Path:
+    """The file an output path really names, or one InputError: its folder must exist as the operating system
+    resolves it (x/../model.onnx through a missing x is refused, not collapsed onto model.onnx), the name in it
+    may be no symlink and nothing but a regular file, and the file may be none the run reads (by device and
+    inode, hard links included) unless may_replace names it."""
     shown = str(path)
-    allowed = {_identity(p) for p in may_replace} - {None}
+    folder, name = os.path.split(os.fspath(path))
     try:
-        st = os.stat(path)
+        real_folder = os.path.realpath(folder or ".", strict=True)
+        if not os.path.isdir(real_folder):
+            raise NotADirectoryError
+    except (OSError, NotADirectoryError):
+        raise InputError(shown, "its folder does not exist") from None
+    if name in ("", ".", ".."):
+        raise InputError(shown, "names a folder, not a file")
+    target = Path(real_folder) / name
+    try:
+        st = os.lstat(target)
     except FileNotFoundError:
-        return None
+        return target
     except OSError as exc:
         raise InputError(shown, f"cannot write it: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError(shown, "is a symlink: precaudit writes no output through one (it could point at an input)")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(shown, f"is {_kind(st.st_mode)}: precaudit writes outputs over regular files only")
     key = (st.st_dev, st.st_ino)
+    allowed = {_identity(p) for p in may_replace} - {None}
     if key in _inputs and key not in allowed:
         named = "" if _inputs[key] == shown else f" ({_inputs[key]})"
         raise InputError(shown, f"refusing to write {what} over one of the inputs{named}")
-    return st
+    return target
 
 
-def _replace(path: Path, data: bytes) -> None:
-    target = path.resolve()  # a symlinked output is written where it points, as open() would
-    tmp = target.with_name(f".{target.name}.precaudit-{os.getpid()}.tmp")
+def replace_with(target: Path, data: bytes | None, may_replace: tuple[str | os.PathLike, ...] = (),
+                 what: str = "the report", shown: str | None = None, written: Path | None = None) -> None:
+    """Put data (or the file `written`, already in target's folder) at target: a temporary file in that folder,
+    the target checked again just before the rename (it may have changed since), then the rename."""
+    tmp = written if written is not None else target.with_name(f".{target.name}.precaudit-{os.getpid()}.tmp")
     try:
-        with open(tmp, "xb") as fh:
-            fh.write(data)
+        if written is None:
+            with open(tmp, "xb") as fh:
+                fh.write(data or b"")
+        if check_output(target, may_replace, what) != target:
+            raise InputError(shown or str(target), "changed while precaudit wrote it")
         os.replace(tmp, target)
     finally:
         if tmp.exists():

@@ -67,8 +67,34 @@ def test_report_refuses_a_symlink_to_the_model(underflow, tmp_path, capsys):
     link.symlink_to(underflow)
     same = _unchanged(underflow)
     assert main([str(underflow), "-o", str(link)]) == 2
-    _one_error_line(capsys.readouterr().err, "refusing")
+    _one_error_line(capsys.readouterr().err, "is a symlink: precaudit writes no output through one")
     assert same()
+
+
+@pytest.mark.parametrize("command", ["check", "fix", "keep-list", "baseline"])
+def test_no_output_lands_on_an_input_through_a_missing_folder_a_symlink_or_a_fifo(underflow, tmp_path, capsys,
+                                                                                command):
+    """x/../model.onnx through a folder that does not exist stats as new but was resolved onto the model; a
+    symlink at the output pointed at it; a FIFO was replaced. The folder is resolved as the OS opens it, the name
+    in it may be no symlink and only a regular file: each is one line and exit 2, and the model is unchanged."""
+    import os
+
+    model = tmp_path / "model.onnx"
+    model.write_bytes(underflow.read_bytes())
+    same = _unchanged(model)
+    link = tmp_path / "out.onnx"
+    link.symlink_to(model)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for target, says in ((tmp_path / "missing" / ".." / "model.onnx", "its folder does not exist"),
+                         (link, "is a symlink"), (fifo, "is a FIFO (named pipe)")):
+        args = {"check": [str(model), "-o", str(target)],
+                "fix": ["fix", str(model), "-o", str(target)],
+                "keep-list": ["keep-list", str(model), "--for", "onnxruntime", "-o", str(target)],
+                "baseline": [str(model), "--write-baseline", str(target)]}[command]
+        assert main(args) == 2, (command, target)
+        _one_error_line(capsys.readouterr().err, says)
+        assert same() and fifo.exists() and link.is_symlink()
 
 
 def test_report_refuses_the_models_external_data(external_eps, tmp_path, capsys):

@@ -16,7 +16,7 @@ import onnx
 from ..analysis.compute_dtype import DtypeResolver
 from ..dtypes import Format
 from ..errors import InputError
-from ..files import check_output
+from ..files import check_output, replace_with
 from ..finding import Finding
 from ..frontends.onnx import load_onnx
 from ..ir import Graph
@@ -111,10 +111,8 @@ def run_fix(model: str, output: str | None, target: Format, rules: list[Rule], k
         return result
     if output is None:
         raise InputError(None, "fix writes a new model: give -o FIXED.onnx (or --dry-run for the plan only)")
-    target_path = Path(output).resolve()
+    target_path = check_output(output, what="the fixed model")  # the file the OS will write: folder, no symlink
     out_dir = target_path.parent
-    if not out_dir.is_dir():
-        raise InputError(output, "its folder does not exist")
     from ..trace.inputs import input_batches
 
     batches, result.source = input_batches(graph, inputs)
@@ -157,8 +155,7 @@ def run_fix(model: str, output: str | None, target: Format, rules: list[Rule], k
             result.trace = (emulated(graph, target, keep_fp32, converter, batches, inputs.engine),
                             emulated(fixed_graph, target, keep_fp32, converter, batches, inputs.engine))
         if not result.problems and result.plan.repairs:
-            check_output(output, what="the fixed model")
-            os.replace(tmp, target_path)
+            replace_with(target_path, None, what="the fixed model", shown=output, written=tmp)
             result.written = True
     except OSError as exc:
         raise InputError(output, f"cannot write it: {exc.strerror or exc}") from None
