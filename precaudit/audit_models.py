@@ -29,8 +29,16 @@ if TYPE_CHECKING:
 __all__ = ["AuditResult", "audit_models", "load_graph", "static_matches"]
 
 
-def load_graph(path: str, torch_options: TorchOptions | None = None, target: str = "fp16") -> Graph:
-    """Pick the frontend by what the user named: an .onnx file, or a PyTorch model (imported lazily)."""
+def load_graph(path: str, torch_options: TorchOptions | None = None, target: str = "fp16",
+               dims: dict[str, int] | None = None) -> Graph:
+    """Pick the frontend by what the user named: an .onnx file, or a PyTorch model (imported lazily). dims: the
+    sizes the user gave symbolic dims (--dim), each checked to name one."""
+    from .dims import size_dims
+
+    return size_dims(_load(path, torch_options, target), dims)
+
+
+def _load(path: str, torch_options: TorchOptions | None, target: str) -> Graph:
     if path.lower().endswith(".onnx"):
         return load_onnx(path)
     from .frontends.torch_input import is_torch_input, load_torch
@@ -91,12 +99,14 @@ def _traced(path: str, graph: Graph, resolver: DtypeResolver, trace: TraceOption
 
 def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32: list[str],
                  torch_options: TorchOptions | None = None, trace: TraceOptions | None = None,
-                 check_weights: bool = False, dtype_maps: bool = False, converter: str = "plain") -> AuditResult:
+                 check_weights: bool = False, dtype_maps: bool = False, converter: str = "plain",
+                 dims: dict[str, int] | None = None) -> AuditResult:
     """Audit each model; a model that fails to load is recorded as an error and the rest go on.
 
     Weights are read only where the run reads them anyway (--trace) or the user asked (--check-weights).
     dtype_maps keeps each node's compute dtype and its reason (the HTML report's dtype map). converter names the
     fp16 converter modelled (precaudit/converters): its default block list, constant clamp and Cast handling.
+    dims sizes symbolic dims for the static pass too (--dim: a Range up to the sequence length is then bounded).
     """
     result = AuditResult()
     weight_rules = any("weight" in rule.sites for rule in rules)
@@ -109,7 +119,7 @@ def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32:
             gc.collect()
         try:
             with _collector_paused(path.lower().endswith(".onnx")):
-                graph = load_graph(path, torch_options, target.name)
+                graph = load_graph(path, torch_options, target.name, dims)
             with _collector_paused():
                 resolver = DtypeResolver(graph, target, keep_fp32, converter)
                 if dtype_maps:

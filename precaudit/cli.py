@@ -91,7 +91,8 @@ def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp
     from .pipeline import run_audit
 
     _target(settings)  # a bad --dtype is a usage error, said as one
-    outcome = run_audit(models, settings, write_baseline, exit_zero, torch_options, trace_options, jobs, debug)
+    outcome = run_audit(models, settings, write_baseline, exit_zero, torch_options, trace_options, jobs, debug,
+                        dims=_dims(dim))
     for err in outcome.result.errors:
         _error(str(err))
     if write_baseline is not None:
@@ -178,7 +179,7 @@ def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp3
              "ignore": _split(ignore)}
     text, code = keep_list_report(model, given, target_for,
                             TorchOptions(_shapes(input_shape), input_dtype, trust_pickle), trace_options, tolerance,
-                            max_runs, output_format)
+                            max_runs, output_format, dims=_dims(dim))
     _write(text, output)
     return code
 

@@ -139,6 +139,8 @@ class Graph:
     # Every node reads only values defined before it (the ONNX frontend checks it as it builds): walking producers
     # never meets a cycle, so an analysis may walk only the inputs it needs (analysis/signs.py).
     acyclic: bool = False
+    # Sizes the user gave symbolic dims (--dim seq=4096): the static pass bounds what such a dim makes by them
+    dim_sizes: dict[str, int] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[Node]:
         return iter(self.nodes)

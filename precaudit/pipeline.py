@@ -31,9 +31,10 @@ def target_of(settings: Settings) -> Format:
 
 def run_audit(models: list[str], settings: Settings, write_to: str | None, exit_zero: bool,
               torch_options: TorchOptions, trace_options: TraceOptions | None, jobs: int = 1,
-              debug: bool = False) -> Outcome:
+              debug: bool = False, dims: dict[str, int] | None = None) -> Outcome:
     """Select rules, audit, drop ignored and baselined findings, and decide the exit code. A model that cannot be
-    audited is an entry in outcome.result.errors (exit 2), never an exception; bad settings raise InputError."""
+    audited is an entry in outcome.result.errors (exit 2), never an exception; bad settings raise InputError.
+    dims (--dim) sizes symbolic dims for the static pass; traced mode's own are in trace_options."""
     from .result import AuditResult
     from .baseline import apply_baseline, write_baseline
     from .finding import severity_rank
@@ -49,7 +50,8 @@ def run_audit(models: list[str], settings: Settings, write_to: str | None, exit_
     rule_set = active_rules(all_rules, settings.select, settings.ignore, settings.preview)
     result = audit_in_parallel(models, jobs, debug, target=target, rules=rule_set, keep_fp32=settings.keep_fp32,
                                torch_options=torch_options, trace=trace_options, check_weights=settings.check_weights,
-                               dtype_maps=settings.format == "html", converter=settings.converter)
+                               dtype_maps=settings.format == "html", converter=settings.converter,
+                               dims=dims or (trace_options.dims if trace_options else None))
     kept = drop_ignored(result.findings, {r.id: r for r in rule_set}, settings.per_model_ignores,
                         settings.per_node_ignores, settings.project_root)
     if write_to is not None:

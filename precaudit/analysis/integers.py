@@ -27,15 +27,17 @@ class IntegerSource:
     node: Node  # the Range, CumSum or Cast that makes them
     kind: str  # "Range", "CumSum", "Cast of an integer input" ...
     bound: float | None
+    sized_by: tuple[str, ...] = ()  # the --dim sizes the bound rests on ("seq=4096"), where it does
 
 
 _WALK = ("Cast", "Identity", "Expand", "Reshape", "Unsqueeze", "Squeeze", "Transpose", "Flatten")
 
 
-def integer_source(value: Value | None) -> IntegerSource | None:
+def integer_source(value: Value | None, dims: dict[str, int] | None = None) -> IntegerSource | None:
     """The integers a float value carries: walking back through shape ops and Casts to a Range, a CumSum of
     ones or an integer graph input. The node that makes them a float is the float Range or CumSum itself, or the
-    Cast from integers on the way (torch.arange(n).float(), position_ids.float()). None: no such integers."""
+    Cast from integers on the way (torch.arange(n).float(), position_ids.float()). None: no such integers.
+    dims: the user's sizes for symbolic dims (--dim), which bound a Range up to a symbolic length."""
     cast: Node | None = None
     for _ in range(12):
         node = value.producer if value is not None else None
@@ -57,10 +59,11 @@ def integer_source(value: Value | None) -> IntegerSource | None:
     if cast is None and not is_float:
         return None
     if node.op_type == "Range":
-        start, limit = resolve_scalar(node.input(0)), resolve_scalar(node.input(1))
-        bound = max(abs(start.value), abs(limit.value)) if start is not None and limit is not None else \
-            _dim_bound(node.input(1))
-        return IntegerSource(cast or node, "Range" if cast is None else "Cast of an integer Range", bound)
+        used: list[str] = []
+        start, limit = _scalar_bound(node.input(0), dims or {}, used), _scalar_bound(node.input(1), dims or {}, used)
+        bound = max(start, limit) if start is not None and limit is not None else None
+        return IntegerSource(cast or node, "Range" if cast is None else "Cast of an integer Range", bound,
+                             tuple(dict.fromkeys(used)) if bound is not None else ())
     if node.op_type == "CumSum" and (resolve_scalar(node.input(0)) is not None or _all_ones(node.input(0))):
         return IntegerSource(cast or node, "CumSum of ones" if cast is None else "Cast of a CumSum of ones",
                              _length(node))
@@ -89,21 +92,75 @@ def _length(cumsum: Node) -> float | None:
     return float(length) if length else None
 
 
-def _dim_bound(value: Value | None) -> float | None:
-    """A Range limit read from a shape: Shape -> Gather(index) of a fixed dim is that dim; anything else unknown."""
-    node = producer(value)
-    if node is None or node.op_type != "Gather":
+_SCALAR_MOVES = ("Cast", "Identity", "Squeeze", "Unsqueeze", "Reshape", "Flatten")
+
+
+def _scalar_bound(value: Value | None, dims: dict[str, int], used: list[str]) -> float | None:
+    """The largest |x| a Range's start or limit can be: a constant; a dim read from a shape (Shape -> Gather of a
+    fixed dim, or of a symbolic one the user sized with --dim); a sum or product of such (a cache's length plus
+    the sequence's). None: the graph does not fix it. Iterative over a bounded expression (a Range's limit is a
+    few nodes deep; deeper is not bounded here). used collects the --dim sizes the bound rests on."""
+    total, todo = 0.0, [(value, 1.0)]  # terms of a sum, each with the product of factors above it
+    for _ in range(16):
+        if not todo:
+            return total
+        value, scale = todo.pop()
+        constant = resolve_scalar(value)
+        if constant is not None:
+            total += scale * abs(float(constant.value))
+            continue
+        node = producer(value)
+        while node is not None and node.op_type in _SCALAR_MOVES:
+            value = node.input(0)
+            node = producer(value)
+        if node is None:
+            return None
+        if node.op_type == "Add" and len(node.inputs) == 2:
+            todo += [(node.input(0), scale), (node.input(1), scale)]
+        elif node.op_type == "Mul" and len(node.inputs) == 2:
+            factor = resolve_scalar(node.input(1))
+            other = node.input(0)
+            if factor is None:
+                factor, other = resolve_scalar(node.input(0)), node.input(1)
+            if factor is None:
+                return None
+            todo.append((other, scale * abs(float(factor.value))))
+        elif node.op_type in ("Gather", "Shape"):
+            dim = _shape_dim(node, dims, used)
+            if dim is None:
+                return None
+            total += scale * dim
+        else:
+            return None
+    return None
+
+
+def _shape_dim(node: Node, dims: dict[str, int], used: list[str]) -> float | None:
+    """One dim of a shape: Shape -> Gather(index), or a Shape(start, end) of one dim (the dynamo exporter's
+    sym_size): its size where fixed, or the user's --dim size for a symbolic one."""
+    shape_node, index = node, 0
+    if node.op_type != "Shape":
+        made_by, scalar = producer(node.input(0)), resolve_scalar(node.input(1))
+        if made_by is None or made_by.op_type != "Shape" or scalar is None:
+            return None
+        shape_node, index = made_by, int(scalar.value)
+    shaped = shape_node.input(0)
+    shape = shaped.shape if shaped is not None else None
+    if shape is None:
         return None
-    shape_node = producer(node.input(0))
-    index = resolve_scalar(node.input(1))
-    shaped = shape_node.input(0) if shape_node is not None and shape_node.op_type == "Shape" else None
-    if shaped is None or index is None:
+    end = shape_node.attrs.get("end")
+    sliced = list(range(len(shape)))[int(shape_node.attrs.get("start", 0)):None if end is None else int(end)]
+    if node.op_type == "Shape" and len(sliced) != 1:
+        return None  # a whole shape, not one dim
+    if not -len(sliced) <= index < len(sliced):
         return None
-    dims = shaped.shape
-    if dims is None or not -len(dims) <= int(index.value) < len(dims):
-        return None
-    dim = dims[int(index.value)]
-    return float(dim) if isinstance(dim, int) and dim > 0 else None
+    dim = shape[sliced[index]]
+    if isinstance(dim, int) and dim > 0:
+        return float(dim)
+    if isinstance(dim, str) and dim in dims:
+        used.append(f"{dim}={dims[dim]}")
+        return float(dims[dim])
+    return None
 
 
 @dataclass(frozen=True)
@@ -119,8 +176,9 @@ class Angle:
 _MOVES = ("Transpose", "Concat", "Slice", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Cast", "Identity", "Tile")
 
 
-def angle_source(value: Value | None) -> Angle | None:
-    """The angle a Sin or Cos reads, when it is integers times constant frequencies (Mul or MatMul), else None."""
+def angle_source(value: Value | None, dims: dict[str, int] | None = None) -> Angle | None:
+    """The angle a Sin or Cos reads, when it is integers times constant frequencies (Mul or MatMul), else None.
+    dims: the user's --dim sizes (integer_source)."""
     node = producer(value)
     for _ in range(8):
         if node is None or node.op_type not in _MOVES:
@@ -131,7 +189,7 @@ def angle_source(value: Value | None) -> Angle | None:
         return None
     if node.op_type in ("Mul", "MatMul", "Div") and len(node.inputs) == 2:
         for i in (0, 1):
-            positions = integer_source(node.input(i))
+            positions = integer_source(node.input(i), dims)
             if positions is None:
                 continue
             if node.op_type == "Div" and i != 0:
@@ -143,7 +201,7 @@ def angle_source(value: Value | None) -> Angle | None:
                 frequency = 1 / frequency if frequency else None
             bound = positions.bound * frequency if positions.bound is not None and frequency is not None else None
             return Angle(positions, frequency, bound)
-    positions = integer_source(value)
+    positions = integer_source(value, dims)
     return Angle(positions, 1.0, positions.bound) if positions is not None else None
 
 

@@ -19,7 +19,7 @@ from .signs import SignAnalysis
 
 __all__ = ["Site", "FACT_NAMES", "PATTERN_FACTS", "find_sites", "find_norm_sites", "find_constant_sites", "find_pattern_sites",
            "find_weight_sites", "weight_stats", "reduction_length", "eps_facts", "dtype_facts", "scalar_of", "feeding_op",
-           "selected_by_where_only", "feeds_softmax"]
+           "selected_by_where_only", "feeds_softmax", "angle_site", "integer_site"]
 
 # Single ops audited for what they do with their input; the site kind is the lower-case op name.
 _OP_SITES = {"Softmax", "LogSoftmax", "Log", "Sqrt", "Reciprocal", "Div", "Exp", "Pow"}
@@ -51,7 +51,7 @@ FACT_NAMES["pow"].add("exponent")
 # a CumSum of ones, a Cast of integer positions): how large the graph lets them get, against the format's spacing.
 FACT_NAMES["angle"] = {"op", "angle_from", "position_bound", "max_frequency", "angle_bound", "angle_bound_text",
                        "angle_spacing", "coarse_from", *_DTYPE_FACTS}
-FACT_NAMES["integer_float"] = {"op", "integer_from", "int_bound", "exact_limit", *_DTYPE_FACTS}
+FACT_NAMES["integer_float"] = {"op", "integer_from", "int_bound", "bound_from", "exact_limit", *_DTYPE_FACTS}
 FACT_NAMES["guard"] = {"op", "guard_op", "reader", "reader_op", "guarded_class", "reader_input_class",
                        "in_norm_chain", *_EPS_FACTS, *_DTYPE_FACTS}
 FACT_NAMES["softmax"].add("axis")
@@ -67,6 +67,9 @@ FACT_NAMES["traced_norm"] = FACT_NAMES["norm"] | {"rows", "min_variance", "media
 FACT_NAMES["traced_op"] = {"op", "input_op", "in_norm_chain", "selected_by_where", "samples", "input_max", "input_min",
                            "input_min_abs", "zero_fraction", "negative_fraction", "ref_zero_fraction", "ref_negative_fraction",
                            "output_nonfinite_fraction", "input_rel_error", "input_from_sensitive_op", *_DTYPE_FACTS}
+# An angle site and an integer_float site with what the run measured there (the static facts kept).
+FACT_NAMES["traced_angle"] = FACT_NAMES["angle"] | {"samples", "angle_max", "angle_error", "output_error"}
+FACT_NAMES["traced_integer"] = FACT_NAMES["integer_float"] | {"samples", "int_max", "int_error"}
 FACT_NAMES["traced_first_nonfinite"] = {"op", "value", "samples", "nonfinite_fraction", "ref_nonfinite_fraction",
                                         "input_absmax", "chain", "chain_length", "reaches_output", "output",
                                         *_DTYPE_FACTS}
@@ -104,7 +107,7 @@ def find_sites(graph: Graph, resolver: DtypeResolver, signs: SignAnalysis) -> li
             if guard is not None and id(guard.node) not in guards:
                 guards[id(guard.node)] = guard
         elif node.op_type in ("Sin", "Cos"):
-            site = _angle_site(node, resolver)
+            site = angle_site(node, resolver)
             if site is not None:
                 reductions.append(site)
         elif node.op_type in _REDUCTIONS:
@@ -112,7 +115,7 @@ def find_sites(graph: Graph, resolver: DtypeResolver, signs: SignAnalysis) -> li
             if site is not None:
                 reductions.append(site)
         if node.op_type in ("Range", "CumSum", "Cast"):
-            site = _integer_site(node, resolver)
+            site = integer_site(node, resolver)
             if site is not None:
                 reductions.append(site)
     order = {id(node): i for i, node in enumerate(graph.nodes)}
@@ -124,11 +127,12 @@ def _spacing(bound: float, fmt: Format) -> float:
     return 2.0 ** math.floor(math.log2(bound)) * fmt.ulp_at_1 if bound > 0 else 0.0
 
 
-def _angle_site(node: Node, resolver: DtypeResolver) -> Site | None:
+def angle_site(node: Node, resolver: DtypeResolver) -> Site | None:
+    """A Sin or Cos of an angle made from integers (position x frequency), with the bound the graph fixes."""
     from .canonical import producer
     from .integers import angle_source
 
-    angle = angle_source(node.input(0))
+    angle = angle_source(node.input(0), resolver.graph.dim_sizes)
     if angle is None:
         return None
     maker = producer(node.input(0)) or node
@@ -138,7 +142,7 @@ def _angle_site(node: Node, resolver: DtypeResolver) -> Site | None:
     fmt = dtype.fmt
     facts = {"op": node.op_type, "angle_from": angle.positions.kind, "position_bound": angle.positions.bound,
              "max_frequency": angle.frequency, "angle_bound": angle.bound,
-             "angle_bound_text": f"at most {angle.bound:.6g} rad" if angle.bound else
+             "angle_bound_text": f"at most {angle.bound:.6g} rad{_sized_by(angle.positions.sized_by)}" if angle.bound else
              "with no bound the shapes fix (the positions follow a symbolic dim)",
              "angle_spacing": _spacing(angle.bound, fmt) if angle.bound else None,
              # from this |angle| on, neighbouring values are 1/8 rad apart or more
@@ -146,18 +150,25 @@ def _angle_site(node: Node, resolver: DtypeResolver) -> Site | None:
     return Site("angle", node, facts, span=[angle.positions.node, maker, node])
 
 
-def _integer_site(node: Node, resolver: DtypeResolver) -> Site | None:
+def _sized_by(dims: tuple[str, ...]) -> str:
+    """' (with --dim seq=4096)' where a bound rests on the user's sizes, else nothing."""
+    return f" (with --dim {', '.join(dims)})" if dims else ""
+
+
+def integer_site(node: Node, resolver: DtypeResolver) -> Site | None:
+    """The node that makes a float carry integers (a float Range, a CumSum of ones, a Cast of integers)."""
     from .integers import integer_source
 
     if not node.outputs or node.outputs[0].dtype not in FORMATS:
         return None
-    source = integer_source(node.outputs[0])
+    source = integer_source(node.outputs[0], resolver.graph.dim_sizes)
     if source is None or source.node is not node:
         return None
     dtype = resolver.of_value(node.outputs[0])
     if dtype is None:
         return None
     facts = {"op": node.op_type, "integer_from": source.kind, "int_bound": source.bound,
+             "bound_from": _sized_by(source.sized_by),
              # every integer up to 2**(mantissa bits + 1) is exact: float16 2048, bfloat16 256
              "exact_limit": 2 / dtype.fmt.ulp_at_1, **dtype_facts(dtype, resolver)}
     return Site("integer_float", node, facts)

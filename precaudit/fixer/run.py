@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 
 from ..analysis.compute_dtype import DtypeResolver
+from ..dims import size_dims
 from ..dtypes import Format
 from ..errors import InputError
 from ..files import check_output, replace_with
@@ -99,7 +100,8 @@ class FixOptions:
 def run_fix(model: str, output: str | None, target: Format, rules: list[Rule], keep_fp32: list[str], converter: str,
             options: FixOptions, dry_run: bool, inputs: TraceOptions, trace: bool,
             keep: Callable[[list[Finding]], list[Finding]] | None = None) -> FixResult:
-    graph = load_onnx(model)  # notes the model and its external data as read: -o may be neither
+    # notes the model and its external data as read (-o may be neither); --dim sizes its symbolic dims
+    graph = size_dims(load_onnx(model), inputs.dims)
     if output is not None:
         check_output(output, what="the fixed model")
     resolver = DtypeResolver(graph, target, keep_fp32, converter)

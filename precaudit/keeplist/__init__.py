@@ -158,8 +158,10 @@ def build_keep_list(path: str, target: Format, target_for: str, keep_fp32: list[
                     torch_options: TorchOptions | None = None, trace: TraceOptions | None = None,
                     tolerance: float = 1e-2, max_runs: int = 30,
                     progress: Callable[[str], None] | None = None,
-                    keep: Callable[[list[Finding]], list[Finding]] | None = None) -> KeepList:
-    """The keep-list of one model: static from its findings, verified by emulation when trace is given."""
+                    keep: Callable[[list[Finding]], list[Finding]] | None = None,
+                    dims: dict[str, int] | None = None) -> KeepList:
+    """The keep-list of one model: static from its findings, verified by emulation when trace is given. dims
+    sizes symbolic dims (--dim) for the static pass as check's."""
     from ..audit_models import load_graph
     from ..frontends.torch_input import is_torch_input
 
@@ -174,7 +176,7 @@ def build_keep_list(path: str, target: Format, target_for: str, keep_fp32: list[
         from ..frontends.torch_input import load_torch_for_trace
         graph = load_torch_for_trace(path, torch_options or TorchOptions(), target.name)
     else:
-        graph = load_graph(path, torch_options, target.name)
+        graph = load_graph(path, torch_options, target.name, dims or (trace.dims if trace else None))
     result = KeepList(path, graph, target, target_for, converter, list(keep_fp32))
     resolver = DtypeResolver(graph, target, keep_fp32, converter)
     chains = NormChains(graph, resolver)

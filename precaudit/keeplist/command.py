@@ -13,17 +13,19 @@ __all__ = ["keep_list_report", "build_checked", "check_printed"]
 
 
 def keep_list_report(model: str, given: dict, target_for: str | None, torch_options: TorchOptions,
-                     trace: TraceOptions | None, tolerance: float, max_runs: int, output_format: str) -> tuple[str, int]:
+                     trace: TraceOptions | None, tolerance: float, max_runs: int, output_format: str,
+                     dims: dict[str, int] | None = None) -> tuple[str, int]:
     """The report text and the exit code. given holds the flags the user typed (dtype, keep_fp32, rules), over the
     pyproject."""
     settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
     keep = build_checked(model, settings, target_for, torch_options, trace, tolerance, max_runs,
-                         progress=_progress if trace is not None and trace.progress else None)
+                         progress=_progress if trace is not None and trace.progress else None, dims=dims)
     return (keep.to_json() if output_format == "json" else keep.to_text()), keep.exit_code
 
 
 def build_checked(model: str, settings, target_for: str | None, torch_options: TorchOptions | None,
-                  trace: TraceOptions | None, tolerance: float, max_runs: int, progress=None):
+                  trace: TraceOptions | None, tolerance: float, max_runs: int, progress=None,
+                  dims: dict[str, int] | None = None):
     """The keep-list of one model with its snippet run as printed: what the command and the Python API return."""
     from ..rules.loader import load_rules
     from ..selection import active_rules, drop_ignored
@@ -45,7 +47,7 @@ def build_checked(model: str, settings, target_for: str | None, torch_options: T
                             settings.project_root)
 
     keep = build_keep_list(model, target, target_for, settings.keep_fp32, rules, torch_options, trace, tolerance,
-                           max_runs, progress=progress, keep=ignored)
+                           max_runs, progress=progress, keep=ignored, dims=dims)
     if not keep.pytorch:
         check_printed(keep, rules)
     return keep

@@ -11,6 +11,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import InputError
+from ..dims import check_dim_names, dim_key
 from ..ir import Graph, Value
 from ..options import TraceOptions
 from .npz import read_npz
@@ -38,11 +39,6 @@ def is_mask(value: Value) -> bool:
     return value.dtype not in _FLOAT and bool(_MASK_NAME.search(value.name or ""))
 
 
-def _dim_key(value: Value, i: int, d) -> str:
-    """How a dim is named in the report and set with --dim: its symbol, or input[i] for an unnamed one."""
-    return d if isinstance(d, str) else f"{value.name}[{i}]"
-
-
 def resolve_shape(value: Value, dims: dict[str, int], guessed: dict[str, int] | None = None,
                   batch: int = BATCH_DEFAULT) -> tuple[int, ...]:
     """Concrete sizes for an input: fixed dims as stored, symbolic ones from --dim or the defaults (each default
@@ -52,7 +48,7 @@ def resolve_shape(value: Value, dims: dict[str, int], guessed: dict[str, int] | 
         if isinstance(d, int) and d > 0:
             shape.append(d)
             continue
-        key = _dim_key(value, i, d)
+        key = dim_key(value, i, d)
         if key in dims:
             shape.append(dims[key])
             continue
@@ -107,7 +103,7 @@ def _source(graph: Graph, options: TraceOptions) -> InputSource:
     """The InputSource of a run before any batch is made: for synthesized inputs, the dims it will guess."""
     if options.inputs:
         return InputSource(list(options.inputs), None, len(options.inputs))
-    _check_dim_names(graph, options.dims)
+    check_dim_names(graph, options.dims)
     _check_ranges(graph, options.ranges)
     source = InputSource([], options.seed, max(1, options.samples), ranges=dict(options.ranges))
     source.masks = [v.name for v in graph.inputs if is_mask(v)]
@@ -136,16 +132,6 @@ def input_batches(graph: Graph, options: TraceOptions) -> tuple[list[dict[str, n
     return list(batches), source
 
 
-def _check_dim_names(graph: Graph, dims: dict[str, int]) -> None:
-    """A --dim that names no symbolic dim of the inputs is a typo: say so rather than ignore it."""
-    known = {_dim_key(v, i, d) for v in graph.inputs for i, d in enumerate(v.shape or ())
-             if not (isinstance(d, int) and d > 0)}
-    unknown = sorted(set(dims) - known)
-    if unknown:
-        names = ", ".join(sorted(known)) or "none: every input dim is fixed"
-        raise InputError(graph.path, f"--dim {unknown[0]}: no input has a dim of that name (symbolic dims: {names})")
-
-
 _MAX_ELEMENTS = 2**28  # 1 GiB of float32 per input: past that a synthesized batch is a mistake, not a test
 
 
@@ -163,7 +149,7 @@ def synthesize_inputs(graph: Graph, dims: dict[str, int], seed: int,
     masks in every state, row by row (is_mask, _mask); other integers 1."""
     rng = np.random.default_rng(seed)
     ranges = ranges or {}
-    _check_dim_names(graph, dims)
+    check_dim_names(graph, dims)
     batch = MASK_ROWS if any(is_mask(v) for v in graph.inputs) else BATCH_DEFAULT
     feeds = {}
     for value in graph.inputs:

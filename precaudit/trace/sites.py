@@ -11,14 +11,14 @@ import numpy as np
 from ..analysis.compute_dtype import ComputeDtype, DtypeResolver
 # feeding_op and selected_by_where_only: one definition of "what feeds this" and "only a Where branch", shared
 # with static mode so both modes judge a node alike
-from ..analysis.sites import Site, feeding_op, selected_by_where_only, dtype_facts
+from ..analysis.sites import Site, angle_site, feeding_op, integer_site, selected_by_where_only, dtype_facts
 from ..analysis.constants import is_constant
 from ..dtypes import Format
 from ..ir import Graph, Node, Value, implicit_inputs
 from .measure import WATCHED_INPUT, Probes
 from .stats import ValueStats
 
-__all__ = ["value_sites", "norm_sites", "op_sites", "first_nonfinite_site"]
+__all__ = ["value_sites", "norm_sites", "op_sites", "hazard_sites", "first_nonfinite_site"]
 
 _CHAIN_SHOWN = 8  # nodes of the chain to the outputs printed before eliding the middle
 
@@ -133,6 +133,33 @@ def op_sites(probes: Probes, resolver: DtypeResolver, samples: int, stats: dict[
 
 
 _SENSITIVE = {"Sqrt", "Div", "Reciprocal", "Log", "Pow"}
+
+
+def hazard_sites(graph: Graph, resolver: DtypeResolver, stats: dict[int, ValueStats], samples: int) -> list[Site]:
+    """The static angle and integer sites (the same recognition, so both modes agree on what an angle is) with what
+    the run measured there: the largest angle and how far the emulated angle and its Sin/Cos were from the float32
+    reference; the largest integer and how far the emulated one moved. Errors are absolute: a sine's scale is 1, an
+    integer's step is 1."""
+    sites = []
+    for node in graph.nodes:
+        if node.domain not in ("", "ai.onnx") or not node.outputs:
+            continue
+        if node.op_type in ("Sin", "Cos"):
+            site = angle_site(node, resolver)
+            angle, out = stats.get(id(node.input(0))), stats.get(id(node.outputs[0]))
+            if site is None or angle is None or out is None or not angle.elements or angle.nonfinite:
+                continue
+            sites.append(Site("traced_angle", node, {**site.facts, "samples": samples, "angle_max": angle.absmax,
+                                                     "angle_error": angle.max_error, "output_error": out.max_error},
+                              span=site.span))
+        elif node.op_type in ("Range", "CumSum", "Cast"):
+            site = integer_site(node, resolver)
+            made = stats.get(id(node.outputs[0]))
+            if site is None or made is None or not made.elements or made.nonfinite:
+                continue
+            sites.append(Site("traced_integer", node, {**site.facts, "samples": samples, "int_max": made.absmax,
+                                                       "int_error": made.max_error}))
+    return sites
 
 
 def _relative_error(s: ValueStats | None) -> float:

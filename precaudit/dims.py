@@ -1,0 +1,35 @@
+"""The sizes a user gives symbolic dims (--dim NAME=SIZE): how a dim is named, and the check that each name is one.
+
+Traced mode makes its inputs at these sizes; the static pass bounds what a symbolic dim makes (a Range of
+positions up to the sequence length) by them, where the graph alone says "unbounded".
+"""
+
+from __future__ import annotations
+
+from .errors import InputError
+from .ir import Graph, Value
+
+__all__ = ["dim_key", "check_dim_names", "size_dims"]
+
+
+def dim_key(value: Value, i: int, d) -> str:
+    """How a dim is named in the report and set with --dim: its symbol, or input[i] for an unnamed one."""
+    return d if isinstance(d, str) else f"{value.name}[{i}]"
+
+
+def check_dim_names(graph: Graph, dims: dict[str, int]) -> None:
+    """A --dim that names no symbolic dim of the inputs is a typo: say so rather than ignore it."""
+    known = {dim_key(v, i, d) for v in graph.inputs for i, d in enumerate(v.shape or ())
+             if not (isinstance(d, int) and d > 0)}
+    unknown = sorted(set(dims) - known)
+    if unknown:
+        names = ", ".join(sorted(known)) or "none: every input dim is fixed"
+        raise InputError(graph.path, f"--dim {unknown[0]}: no input has a dim of that name (symbolic dims: {names})")
+
+
+def size_dims(graph: Graph, dims: dict[str, int] | None) -> Graph:
+    """The graph with the user's sizes for its symbolic dims, each checked to name one (InputError if not)."""
+    if dims:
+        check_dim_names(graph, dims)
+        graph.dim_sizes = dict(dims)
+    return graph
