@@ -39,6 +39,7 @@ FACT_NAMES["reciprocal"] |= {"divisor_op", "divisor_class", "divisor_mask"}
 # Sums: how many elements each output adds up (unknown where a shape or the axes are), in which dtype.
 FACT_NAMES["reduction"] = {"op", "input_op", "in_norm_chain", "reduction_length", "reduction_axes", "swamp_length",
                            "overflow_term", "exp_input", "exp_shifted", "exp_node", "sum_use", "exp_sum_overflow", "exp_terms",
+                           "exp_dtype", "exp_overflow",
                            *_DTYPE_FACTS}
 # float32 weights (initializers, Constant tensors), measured against the dtype a conversion gives them: only with
 # --check-weights or --trace, the modes that read weights.
@@ -167,11 +168,32 @@ def integer_site(node: Node, resolver: DtypeResolver) -> Site | None:
     dtype = resolver.of_value(node.outputs[0])
     if dtype is None:
         return None
+    made_in = resolver.of_node(node)
+    if made_in is not None and made_in.fmt.ulp_at_1 < dtype.fmt.ulp_at_1:
+        # a converter's block list keeps a Range or CumSum in float32 and casts its output back for its readers: the
+        # integers are exact where made and rounded where read
+        dtype = ComputeDtype(dtype.fmt, f"'{node.name}' computes in {made_in.fmt.long_name} ({made_in.reason}), "
+                                        f"and its output is cast to {dtype.fmt.long_name} for its readers")
     facts = {"op": node.op_type, "integer_from": source.kind, "int_bound": source.bound,
              "bound_from": _sized_by(source.sized_by),
              # every integer up to 2**(mantissa bits + 1) is exact: float16 2048, bfloat16 256
              "exact_limit": 2 / dtype.fmt.ulp_at_1, **dtype_facts(dtype, resolver)}
     return Site("integer_float", node, facts)
+
+
+def _stored_narrow(value: Value | None) -> bool:
+    """A constant stored in a narrow float (float16, bfloat16, fp8), through Casts and shape ops."""
+    from .canonical import producer
+
+    for _ in range(4):
+        if value is None or value.is_const:
+            break
+        node = producer(value)
+        value = node.input(0) if node is not None and node.op_type in ("Cast", "Identity", "Reshape", "Unsqueeze",
+                                                                       "Expand", "Constant") else None
+    if value is not None and not value.is_const:
+        return False
+    return value is not None and value.dtype in FORMATS and value.dtype not in ("fp32", "fp64")
 
 
 def _guarded_input(node: Node) -> Value | None:
@@ -192,7 +214,7 @@ def _guard_site(reader: Node, resolver: DtypeResolver, signs: SignAnalysis) -> S
     guard = producer(guarded_input)
     if guard is None or guard.op_type not in ("Add", "Max", "Clip"):
         return None
-    const, guarded = None, None
+    const, guarded, stored_zero = None, None, False
     if guard.op_type == "Clip":
         const = resolve_scalar(guard.input(1)) if guard.input(1) is not None else None
         if const is None and "min" in guard.attrs:
@@ -203,8 +225,11 @@ def _guard_site(reader: Node, resolver: DtypeResolver, signs: SignAnalysis) -> S
             found, other = resolve_scalar(guard.input(i)), guard.input(1 - i)
             if found is not None and not (other is not None and other.is_const):
                 const, guarded = found, other
+                stored_zero = found.value == 0 and guard.op_type == "Add" and _stored_narrow(guard.input(i))
                 break
-    if const is None or not 0 < const.value < 1:  # an eps, not a bias or a shift
+    # an eps, not a bias or a shift; or y + 0.0 stored in float16: nobody writes that, an fp16 export leaves it of
+    # an eps that rounded away (max(y, 0) is a ReLU, not a guard)
+    if const is None or not (0 < const.value < 1 or stored_zero):
         return None
     from .decomposed import narrower
 
@@ -419,7 +444,7 @@ def _reduction_site(node: Node, resolver: DtypeResolver) -> Site | None:
              # with p significant bits (ulp at 1 = 2**(1-p)) a running sum that reaches 2**p times a term no longer
              # changes when that term is added: it is half an ulp, and the tie goes to the even sum
              "swamp_length": round(2 / fmt.ulp_at_1),
-             "overflow_term": fmt.max / length if length else None, **_exp_sum_facts(node, length, fmt),
+             "overflow_term": fmt.max / length if length else None, **_exp_sum_facts(node, length, fmt, resolver),
              **dtype_facts(dtype, resolver)}
     exp = producer_of_exp(node) if facts["exp_input"] else None
     return Site("reduction", node, facts, span=[exp, node] if exp is not None else [])
@@ -433,18 +458,24 @@ def producer_of_exp(node: Node) -> Node | None:
     return exp if exp is not None and exp.op_type == "Exp" else None
 
 
-def _exp_sum_facts(node: Node, length: int | None, fmt: Format) -> dict[str, Any]:
+def _exp_sum_facts(node: Node, length: int | None, fmt: Format, resolver: DtypeResolver) -> dict[str, Any]:
     """A sum (or mean) of exponentials: whether its Exp reads x - max(x), and what reads the sum. A softmax
     (a Div of the same Exp by the sum, or by sum + eps) and a log-sum-exp (a Log of the sum) have rules of their
-    own; any other sum of n exponentials overflows once one term passes exp_overflow - ln n."""
+    own; any other sum of n exponentials overflows once one term passes exp_overflow - ln n. The Exp may run in
+    a narrower dtype than the sum (the dynamo exporter's float16 exp, cast to float32 for the sum): a term then
+    overflows at the Exp's own threshold, whatever the sum holds."""
     from .canonical import producer
 
     exp = producer(node.input(0)) if node.op_type in ("ReduceSum", "ReduceMean") else None
     if exp is None or exp.op_type != "Exp":
         return {"exp_input": False, "exp_shifted": None, "exp_node": None, "sum_use": None, "exp_sum_overflow": None,
-                "exp_terms": None}
+                "exp_terms": None, "exp_dtype": None, "exp_overflow": None}
+    exp_dtype = resolver.of_node(exp)
+    exp_overflow = exp_dtype.fmt.exp_overflow if exp_dtype is not None else fmt.exp_overflow
+    summed = fmt.exp_overflow - math.log(length) if length else fmt.exp_overflow
     return {"exp_input": True, "exp_shifted": _max_shifted(exp), "exp_node": exp.name, "sum_use": _sum_use(node, exp),
-            "exp_sum_overflow": fmt.exp_overflow - math.log(length) if length else fmt.exp_overflow,
+            "exp_sum_overflow": min(summed, exp_overflow), "exp_overflow": exp_overflow,
+            "exp_dtype": exp_dtype.fmt.long_name if exp_dtype is not None else None,
             "exp_terms": f"{length} terms" if length else "terms whose number the shapes do not fix"}
 
 
