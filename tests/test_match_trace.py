@@ -46,3 +46,32 @@ def test_unknown_rule(tmp_path, capsys):
     model = save(_axes(NAIVE), tmp_path / "naive.onnx")
     assert main(["match", "PA999", str(model)]) == 2
     assert "unknown rule 'PA999'" in capsys.readouterr().err
+
+
+def test_no_angle_site_says_what_the_sin_reads(tmp_path, capsys):
+    from fixtures.PA217_low_precision_angle import _rope, _sin_of_matmul
+
+    lines = _trace(capsys, "PA217", save(_sin_of_matmul(), tmp_path / "sin.onnx"))
+    assert lines[1:] == ["  no angle site in the graph",
+                         "    node 'sin' (Sin) reads MatMul 'proj': no product of integers (a Range, a CumSum of ones, a "
+                         "Cast of integers) and constant frequencies, so no angle made from positions"]
+    line = _trace(capsys, "PA217", save(_rope(100), tmp_path / "rope.onnx"))[1]
+    assert line.startswith("  node 'cos' (Cos, angle site): condition `")
+    assert line.endswith("is false with angle_bound=100.0, coarse_from=128.0, compute_dtype='float16'")
+
+
+def test_no_guard_site_says_what_the_division_reads(tmp_path, capsys):
+    model = save(chain_model([("Relu", ["x"], "r"), ("Div", ["x", "r"], "div")]), tmp_path / "m.onnx")
+    assert _trace(capsys, "PA305", model)[1:] == [
+        "  no guard site in the graph",
+        "    node 'div' (Div) reads Relu 'r': no Add, Max or Clip of a constant between 0 and 1 (or an Add of 0.0 "
+        "stored in float16), so no guard"]
+
+
+def test_traced_rule_says_it_needs_a_run(tmp_path, capsys):
+    from fixtures.PA217_low_precision_angle import _rope
+
+    assert _trace(capsys, "PA909", save(_rope(100), tmp_path / "rope.onnx"))[1:] == [
+        "  no traced_angle site in the graph",
+        "    traced_angle sites come from a traced run (precaudit MODEL --trace): match reads the graph alone; they "
+        "are the angle sites, measured"]

@@ -196,7 +196,7 @@ def _stored_narrow(value: Value | None) -> bool:
     return value is not None and value.dtype in FORMATS and value.dtype not in ("fp32", "fp64")
 
 
-def _guarded_input(node: Node) -> Value | None:
+def guarded_input(node: Node) -> Value | None:
     """What a guard would sit on: a Div's divisor, a Reciprocal's, Log's or Sqrt's input, a negative power's base."""
     if node.op_type == "Div":
         return node.input(1)
@@ -210,8 +210,8 @@ def _guard_site(reader: Node, resolver: DtypeResolver, signs: SignAnalysis) -> S
     """y + eps, max(y, eps) or clip(y, min=eps) under the reader, eps a positive constant: the guard's site."""
     from .canonical import producer
 
-    guarded_input = _guarded_input(reader)
-    guard = producer(guarded_input)
+    read = guarded_input(reader)
+    guard = producer(read)
     if guard is None or guard.op_type not in ("Add", "Max", "Clip"):
         return None
     const, guarded, stored_zero = None, None, False
@@ -239,7 +239,7 @@ def _guard_site(reader: Node, resolver: DtypeResolver, signs: SignAnalysis) -> S
     if dtype is None:
         return None
     facts = {"op": guard.op_type, "guard_op": guard.op_type, "reader": reader.name, "reader_op": reader.op_type,
-             "guarded_class": signs.of(guarded), "reader_input_class": signs.of(guarded_input),
+             "guarded_class": signs.of(guarded), "reader_input_class": signs.of(read),
              "in_norm_chain": False, "eps_source": const.source,
              "eps_role": "guard", "eps_placement": "guard", "keep_hint": guard.op_type,
              **eps_facts(const, dtype), **dtype_facts(dtype, resolver)}

@@ -7,6 +7,7 @@ from fnmatch import fnmatchcase
 from ..analysis.collect import collect_sites
 from ..analysis.compute_dtype import DtypeResolver
 from ..analysis.pattern import match_node
+from ..dtypes import FORMATS
 from ..ir import Graph
 from .engine import holds
 from .loader import Rule
@@ -29,6 +30,43 @@ def trace_rule(graph: Graph, resolver: DtypeResolver, rule: Rule, node_glob: str
         lines.append(f"{where}: {_verdict(rule, {**site.facts, **rule.params}, site.node.name)}")
     if not lines:
         lines.append(f"no {' or '.join(rule.sites)} site in the graph{_glob_note(node_glob)}")
+        lines += [line for kind in rule.sites for line in _no_site(graph, kind, node_glob)]
+    return lines
+
+
+_TRACED_FROM = {"traced_angle": "angle", "traced_integer": "integer_float"}
+_GUARDED_OPS = ("Div", "Reciprocal", "Log", "Sqrt", "Pow")
+
+
+def _no_site(graph: Graph, kind: str, node_glob: str) -> list[str]:
+    """Why the candidate nodes of a site kind are none: what a Sin/Cos reads when it is no angle, what a division
+    reads when no guard sits on it, which site a traced rule measures."""
+    from ..analysis.canonical import producer
+    from ..analysis.sites import guarded_input
+
+    if kind.startswith("traced_"):
+        measured = _TRACED_FROM.get(kind)
+        return [f"  {kind} sites come from a traced run (precaudit MODEL --trace): match reads the graph alone"
+                + (f"; they are the {measured} sites, measured" if measured else "")]
+    lines = []
+    for node in graph.nodes:
+        if not fnmatchcase(node.name, node_glob):
+            continue
+        if kind == "angle" and node.op_type in ("Sin", "Cos"):
+            made = producer(node.input(0))
+            what = f"{made.op_type} '{made.name}'" if made is not None else "a graph input or a constant"
+            lines.append(f"  node '{node.name}' ({node.op_type}) reads {what}: no product of integers (a Range, a "
+                         f"CumSum of ones, a Cast of integers) and constant frequencies, so no angle made from positions")
+        elif kind == "guard" and node.op_type in _GUARDED_OPS:
+            made = producer(guarded_input(node))
+            what = f"{made.op_type} '{made.name}'" if made is not None else "a graph input or a constant"
+            lines.append(f"  node '{node.name}' ({node.op_type}) reads {what}: no Add, Max or Clip of a constant "
+                         f"between 0 and 1 (or an Add of 0.0 stored in float16), so no guard")
+        elif kind == "integer_float" and node.op_type in ("Range", "CumSum") and node.outputs:
+            dtype = node.outputs[0].dtype
+            why = f"in {dtype}, where integers are exact until a cast to a float" if dtype not in FORMATS else \
+                "a cumulative sum of something other than ones (no count)"
+            lines.append(f"  node '{node.name}' ({node.op_type}) computes {why}")
     return lines
 
 
