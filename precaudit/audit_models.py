@@ -100,13 +100,15 @@ def _traced(path: str, graph: Graph, resolver: DtypeResolver, trace: TraceOption
 def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32: list[str],
                  torch_options: TorchOptions | None = None, trace: TraceOptions | None = None,
                  check_weights: bool = False, dtype_maps: bool = False, converter: str = "plain",
-                 dims: dict[str, int] | None = None) -> AuditResult:
+                 dims: dict[str, int] | None = None, debug: bool = False) -> AuditResult:
     """Audit each model; a model that fails to load is recorded as an error and the rest go on.
 
     Weights are read only where the run reads them anyway (--trace) or the user asked (--check-weights).
     dtype_maps keeps each node's compute dtype and its reason (the HTML report's dtype map). converter names the
     fp16 converter modelled (precaudit/converters): its default block list, constant clamp and Cast handling.
     dims sizes symbolic dims for the static pass too (--dim: a Range up to the sequence length is then bounded).
+    An unexpected failure in one model (a bug, a MemoryError, a PyTorch factory's exit()) is that model's error
+    entry, and the others are audited and reported; debug prints its traceback.
     """
     result = AuditResult()
     weight_rules = any("weight" in rule.sites for rule in rules)
@@ -145,5 +147,21 @@ def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32:
         except InputError as exc:
             result.errors.append(exc)
             continue
+        except (Exception, SystemExit) as exc:  # not KeyboardInterrupt: the user stops the whole run
+            if debug:
+                import traceback
+
+                traceback.print_exc()
+            result.errors.append(_internal_error(path, exc))
+            continue
         result.models.append(path)
     return result
+
+
+def _internal_error(path: str, exc: BaseException) -> InputError:
+    """One line for a failure precaudit did not expect, on the model it happened in."""
+    # InputError escapes what it prints (the message may quote a model's names)
+    what = f"something called exit({exc.code!r})" if isinstance(exc, SystemExit) else \
+        f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    return InputError(path, f"internal error auditing this model: {what} (rerun with --debug for a traceback; the "
+                            "other models were audited)")

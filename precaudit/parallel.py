@@ -30,6 +30,7 @@ def default_jobs() -> int:
 
 def audit_in_parallel(paths: list[str], jobs: int, debug: bool = False, **kwargs: Any) -> AuditResult:
     """audit_models(paths, **kwargs), with up to `jobs` models at a time in worker processes."""
+    kwargs = {**kwargs, "debug": debug}
     if jobs <= 1 or len(paths) <= 1:
         return audit_models(paths, **kwargs)
     per_model: list[tuple[AuditResult, list] | None] = [None] * len(paths)

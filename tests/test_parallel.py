@@ -77,3 +77,33 @@ def test_one_process_holds_one_models_graph_at_a_time(models, monkeypatch, capsy
     assert main([*map(str, models), "-j", "1"]) == 2  # the broken model among them
     capsys.readouterr()
     assert len(alive_at_load) == len(models) >= 3 and alive_at_load == [0] * len(models)
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("boom\nsecond line"), MemoryError(), SystemExit(3)])
+def test_an_unexpected_failure_is_that_models_error(models, tmp_path, capsys, monkeypatch, failure):
+    """A bug (or a MemoryError, or model code calling exit) in one model's audit is its error entry: the other
+    models are audited and reported, exit 2, one line naming the model."""
+    import json
+
+    import precaudit.audit_models as audit_models
+
+    real = audit_models.collect_sites
+
+    def failing(graph, resolver, patterns):
+        if graph.path.endswith("a.onnx"):
+            raise failure
+        return real(graph, resolver, patterns)
+
+    monkeypatch.setattr(audit_models, "collect_sites", failing)
+    out = tmp_path / "report.json"
+    first, second = models[0], models[3]  # a.onnx fails; d.onnx (external data) has a finding
+    assert main([str(first), str(second), "--format", "json", "-o", str(out), "-j", "1"]) == 2
+    report = json.loads(out.read_text())
+    assert [e["file"] for e in report["errors"]] == [str(first)]
+    err = capsys.readouterr().err
+    alone = tmp_path / "alone.json"
+    assert main([str(second), "--format", "json", "-o", str(alone), "-j", "1"]) == 0  # warnings only
+    assert report["results"] == json.loads(alone.read_text())["results"] != []  # the other model's findings, all
+    assert err.count("\n") == 1 and str(first) in err and "internal error auditing this model" in err
+    assert ("boom second line" in err) == isinstance(failure, RuntimeError)
+    assert ("exit(3)" in err) == isinstance(failure, SystemExit)
