@@ -53,12 +53,16 @@ class Settings:
 
     def describe(self) -> str:
         """What --show-settings prints: every key, its value, and where the value came from."""
+        from .escape import printable
+
+        # values come from a pyproject and the command line, both a stranger's: quoted as TOML strings, and every
+        # character a terminal would act on escaped, as every other string precaudit prints
         lines = [f"config file: {self.config_file or '(none: no pyproject.toml with [tool.precaudit] found)'}"]
         for name in _KEYS:
             value = getattr(self, name)
             shown = _toml_value(value)
             lines.append(f"{_key(name):<18} = {shown:<40} # {self.origins.get(name, 'default')}")
-        return "\n".join(lines) + "\n"
+        return "".join(f"{printable(line)}\n" for line in lines)
 
 
 def find_config(start: Path | None = None) -> Path | None:
@@ -195,7 +199,14 @@ def _toml_value(value: Any) -> str:
     if value is None:
         return "(none)"
     if isinstance(value, list):
-        return "[" + ", ".join(f'"{v}"' for v in value) + "]"
+        return "[" + ", ".join(_toml_string(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f'"{k}" = {_toml_value(v)}' for k, v in value.items()) + "}"
-    return f'"{value}"'
+        return "{" + ", ".join(f'{_toml_string(k)} = {_toml_value(v)}' for k, v in value.items()) + "}"
+    return _toml_string(value)
+
+
+def _toml_string(value: Any) -> str:
+    """A TOML basic string: its quotes and backslashes escaped (JSON's escapes are TOML's)."""
+    import json
+
+    return json.dumps(str(value), ensure_ascii=False)

@@ -15,7 +15,9 @@ harmless visible text, and the JSON and SARIF reports carry the exact name for a
 
 from __future__ import annotations
 
-__all__ = ["printable", "encodable", "ESCAPED"]
+import re
+
+__all__ = ["printable", "encodable", "exact_regex", "ESCAPED"]
 
 _SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
@@ -66,3 +68,15 @@ def encodable(text: str) -> str:
     if text.isascii():  # most strings: no surrogate, checked in C
         return text
     return text.translate(_SURROGATE_TABLE)
+
+
+def exact_regex(name: str) -> str:
+    """A regex that re.match (anchored at the start only) and re.search accept for exactly this name, as the
+    converters' nodes_to_exclude take them (modelopt, torch_tensorrt). Characters that
+    cannot print (a control character in a name) are written as regex escapes, which match them."""
+    # escaped character by character: re.escape first would put a backslash before a control character, and its
+    # \xNN form after that backslash would match a literal backslash and "xNN" instead. \Z, not $: $ also matches
+    # before a trailing newline, so "^a$" accepts the node "a\n" too
+    escaped = "".join((f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}") if ord(c) in ESCAPED
+                      else re.escape(c) for c in name)
+    return f"^{escaped}\\Z"

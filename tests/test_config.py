@@ -79,6 +79,23 @@ def test_show_settings_says_where_each_value_comes_from(project, capsys):
     assert '{"encoder.*.LayerNorm" = ["PA102"]}' in lines["per-node-ignores"]
 
 
+def test_show_settings_escapes_what_the_config_says(project, capsys):
+    """A pyproject's strings reach the terminal escaped and quoted: no escape sequence, no line break, no bidi
+    override, and each value printed parses back as the TOML it came from."""
+    import tomllib
+
+    configure(project, 'keep-fp32 = ["a\\u001b[31mred", "two\\nlines", "quo\\"te", "back\\\\slash", "\\u202egnp"]\n'
+                       'per-node-ignores = {"enc\\u001b]0;title\\u0007" = ["PA102"]}')
+    assert main(["--show-settings"]) == 0
+    out = capsys.readouterr().out
+    assert not any(ord(c) < 0x20 and c != "\n" or c == "\u202e" for c in out)
+    lines = {line.split("=")[0].strip(): line for line in out.splitlines()[1:]}
+    assert len(out.splitlines()) == len(lines) + 1
+    value = lambda key: tomllib.loads("v = " + lines[key].split(" = ", 1)[1].rsplit("#", 1)[0])["v"]  # noqa: E731
+    assert value("keep-fp32") == ["a\x1b[31mred", "two\nlines", 'quo"te', "back\\slash", "\u202egnp"]
+    assert value("per-node-ignores") == {"enc\x1b]0;title\x07": ["PA102"]}
+
+
 def test_per_model_ignores(project, capsys):
     configure(project, 'per-model-ignores = {"models/legacy/*" = ["PA101"]}')
     assert main(["models/legacy/under.onnx", "models/sub.onnx", "--fail-on", "warning"]) == 1

@@ -304,3 +304,18 @@ def test_input_error_is_one_line_and_keeps_its_raw_parts():
     assert "\n" not in text and "\x1b" not in text and "\u202e" not in text
     assert text.startswith("dir\\n\\x1b[2J\\n  error   PA000 FAKE/m.onnx:3: initializer 'eps\\nSECOND LINE")
     assert exc.file.startswith("dir\n") and INIT in exc.problem  # JSON carries them raw
+
+
+def test_exact_regex_matches_its_name_and_no_other():
+    """The regexes keep-list writes for modelopt and torch_tensorrt (nodes_to_exclude): each one, parsed back,
+    matches exactly its node among decoys: a trailing newline ($ would take it), a control character and the text
+    of its escape, metacharacters, a backslash, line separators; and holds no character that cannot print."""
+    from precaudit.escape import ESCAPED, exact_regex
+
+    names = ["a", "a\n", "a\x00b", "a\\x00b", "a\\\x00b", "x.y", "xzy", "x+y", "[0]*", "\\", "é\u2028", "é",
+             "tab\tname", "tab\\tname", "a\x1b[31m", "\u202egnp.exe", "a b"]
+    for name in names:
+        regex = exact_regex(name)
+        assert [n for n in names if re.match(regex, n)] == [name], (name, regex)
+        assert [n for n in names if re.search(regex, n)] == [name], (name, regex)
+        assert not any(ord(c) in ESCAPED for c in regex), regex

@@ -122,7 +122,7 @@ def test_each_converter_gets_its_arguments(ffn_model, target, tmp_path):
 
 
 def test_modelopt_regexes_are_anchored_and_escaped(tmp_path):
-    """re.match anchors at the start only: '^name$' with every metacharacter escaped matches the node and no other."""
+    """re.match anchors at the start only: '^name\\Z' with every metacharacter escaped matches the node and no other."""
     path = ffn_overflow_transformer(tmp_path / "m.onnx")
     model = onnx.load(str(path))
     for node in model.graph.node:  # names with regex metacharacters: dots, brackets, a plus, a star
@@ -130,11 +130,11 @@ def test_modelopt_regexes_are_anchored_and_escaped(tmp_path):
     onnx.save(model, str(path))
     _, keep = keep_json(tmp_path, path, "--for", "modelopt", "--trace")
     regexes = keep["arguments"]["nodes_to_exclude"]
-    assert regexes[0] == r"^/layers\.1/ffn/wo\[0\]\+\*/MatMul$"
+    assert regexes[0] == r"^/layers\.1/ffn/wo\[0\]\+\*/MatMul\Z"
     names = [n.name for n in model.graph.node]
     for regex in regexes:
-        assert [n for n in names if re.match(regex, n)] == [n for n in names if n == regex[1:-1].replace("\\", "")]
-    assert "'^/layers\\.1/ffn/wo\\[0\\]\\+\\*/MatMul$'" in keep["snippet"]  # shell-quoted on the command line
+        assert [n for n in names if re.match(regex, n)] == [n for n in names if n == regex[1:-2].replace("\\", "")]
+    assert "'^/layers\\.1/ffn/wo\\[0\\]\\+\\*/MatMul\\Z'" in keep["snippet"]  # shell-quoted on the command line
 
 
 def test_unnamed_nodes_are_named_by_the_snippet_as_listed(tmp_path):
@@ -247,7 +247,7 @@ def test_pytorch_modules_and_torch_tensorrt_names(tmp_path):
     assert keep["arguments"]["modules"] == [""] and "def keep_in_fp32" in keep["snippet"]
     _parse_python(keep["snippet"])
     _, trt = keep_json(tmp_path, spec, "--for", "torch-tensorrt")
-    assert "^add$" in trt["arguments"]["nodes_to_exclude"]
+    assert "^add\\Z" in trt["arguments"]["nodes_to_exclude"]
     _parse_python(trt["snippet"])
 
 

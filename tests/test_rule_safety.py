@@ -156,6 +156,11 @@ CASES = [
      "the pattern has more than 100 parts", False),
     ("pattern-not-a-mapping", pattern("[1, 2]"), 5, "pattern: expected a mapping", False),
     ("pattern-huge-repr", pattern("{op: Log, inputs: ['" + "x" * 5000 + "']}"), 5, "pattern.inputs[0]: expected", False),
+    # an id or a name with a trailing newline (a YAML block scalar): $ would have accepted it
+    ("id-trailing-newline", "id: |\n  US123\nname: r\nseverity: warning\nsummary: s\nsites: [norm]\n"
+     "condition: has_eps\nmessage: m\nfix: f\n", 1, "'id' must look like PA101", False),
+    ("name-trailing-newline", "id: US123\nname: |\n  my-rule\nseverity: warning\nsummary: s\nsites: [norm]\n"
+     "condition: has_eps\nmessage: m\nfix: f\n", 2, "'name'", False),
     # a file that holds nothing
     ("empty-file", "", 1, "holds no rule", False),
     ("comments-only", "# nothing here\n", 1, "holds no rule", False),

@@ -23,13 +23,13 @@ Read from `modelopt/onnx/autocast/` of the nvidia-modelopt 0.47.0 wheel (= NVIDI
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 
 from ..ir import Graph, Node, Value
+from ..escape import exact_regex
 from . import Clamp, Converter, KeepArgs
 
-__all__ = ["CONVERTER", "paste", "node_regex", "fused_layernorms"]
+__all__ = ["CONVERTER", "paste", "fused_layernorms"]
 
 _UNSUPPORTED = ("Upsample", "NonMaxSuppression", "Celu")
 _MIN_OPSET = {"fp16": 13, "bf16": 22}
@@ -166,21 +166,11 @@ CONVERTER = Converter(
     upcast="removes it (_remove_preexisting_casts)", extra_blocked=_blocked, source=_SOURCE, initializers="per-reader")
 
 
-def node_regex(name: str) -> str:
-    """A regex that re.match accepts for exactly this name: re.match anchors at the start only. Characters that
-    cannot print (a control character in a name) are written as regex escapes, which match them."""
-    from ..escape import ESCAPED
-
-    escaped = "".join((f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}") if ord(c) in ESCAPED else c
-                      for c in re.escape(name))
-    return f"^{escaped}$"
-
-
 def paste(args: KeepArgs) -> str:
     """The AutoCast command line and the Python call."""
     import shlex
 
-    regexes = [node_regex(n) for n in args.nodes]
+    regexes = [exact_regex(n) for n in args.nodes]
     pre, path = args.named_copy()
     precision = "fp16" if args.dtype == "fp16" else "bf16"
     cli = ["python", "-m", "modelopt.onnx.autocast", "--onnx_path", path, "--low_precision_type", precision,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from ..escape import exact_regex
 from . import KeepArgs, py_list
 
 __all__ = ["paste_hf", "paste_autocast", "paste_torch_tensorrt", "fx_name"]
@@ -65,7 +66,7 @@ def fx_name(name: str) -> str:
 
 
 def paste_torch_tensorrt(args: KeepArgs) -> str:
-    regexes = sorted({f"^{re.escape(fx_name(n))}$" for n in args.fx_nodes})
+    regexes = sorted({exact_regex(fx_name(n)) for n in args.fx_nodes})
     return "\n".join([
         "import torch, torch_tensorrt",
         "trt_mod = torch_tensorrt.compile(",

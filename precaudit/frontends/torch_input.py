@@ -14,7 +14,7 @@ from ..options import TorchOptions
 __all__ = ["is_torch_input", "load_torch", "load_torch_for_trace", "torch_input_files", "register_module",
            "unregister_module", "registered"]
 
-_FACTORY = re.compile(r"^(?P<target>[^:]+\.py|[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_]\w*)$")
+_FACTORY = re.compile(r"^(?P<target>[^:]+\.py|[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_]\w*)\Z")
 _FILES = (".pt2", ".pt", ".pth", ".ts")
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..converters import KeepArgs
 from ..converters import modelopt, onnxconverter_common, onnxruntime, pytorch
-from ..escape import printable
+from ..escape import exact_regex, printable
 from ..ir import Node
 from . import KeepList
 
@@ -78,10 +78,10 @@ def arguments(keep: KeepList, args: KeepArgs) -> dict[str, Any]:
         ops = [*onnxruntime.DEFAULT_OP_BLOCK_LIST, *args.op_types] if args.op_types else None
         return {"op_block_list": ops, "node_block_list": args.nodes}
     if target == "modelopt":
-        return {"nodes_to_exclude": [modelopt.node_regex(n) for n in args.nodes],
+        return {"nodes_to_exclude": [exact_regex(n) for n in args.nodes],
                 "op_types_to_exclude": args.op_types, "data_max": "inf"}
     if target == "torch-tensorrt":
-        return {"nodes_to_exclude": sorted({f"^{re.escape(pytorch.fx_name(n))}$" for n in args.fx_nodes})}
+        return {"nodes_to_exclude": sorted({exact_regex(pytorch.fx_name(n)) for n in args.fx_nodes})}
     return {"modules": args.modules,
             "_keep_in_fp32_modules": [f"^{re.escape(m)}\\." if m else ".*" for m in args.modules]}
 

@@ -40,8 +40,8 @@ MAX_PATTERN_PARTS = 100     # patterns inside one rule's pattern (the shipped on
 MAX_PARAM_CHARS = 1000      # a string param (a message may print it many times)
 _PARAM_INT = 1 << 63        # an int param is a 64-bit integer; write a float for anything larger
 
-_ID = re.compile(r"^[A-Z]{2,}[0-9]{3}$")
-_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+_ID = re.compile(r"^[A-Z]{2,}[0-9]{3}\Z")  # \Z: $ would accept "PA999\n"
+_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*\Z")
 _REQUIRED = ("id", "name", "severity", "summary", "condition", "message", "fix")
 _OPTIONAL = ("sites", "pattern", "description", "ops", "params", "references", "example", "preview", "repair")
 # What a user file may say about a built-in rule it overrides (same id, no name).
