@@ -124,6 +124,8 @@ def _read_toml(path: Path) -> dict:
         raise InputError(_display(path), f"invalid TOML: {exc}") from None
     except RecursionError:
         raise InputError(_display(path), "invalid TOML: nested too deep") from None
+    except ValueError as exc:  # an integer past the interpreter's 4,300 digits: tomllib has no hook to refuse it first
+        raise InputError(_display(path), f"invalid TOML: a number too long to read ({str(exc).split(';')[0]})") from None
 
 
 def _validated(table: Any, path: Path) -> dict[str, Any]:

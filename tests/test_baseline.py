@@ -93,6 +93,14 @@ def test_baseline_from_pyproject_is_relative_to_it(project, monkeypatch, capsys)
     (None, "baseline.json: no such baseline file (create it with --write-baseline)"),
     ("{not json", "baseline.json:1: not a precaudit baseline: invalid JSON"),
     ('{"findings": []}', 'baseline.json: not a precaudit baseline (expected "format": "precaudit-baseline/1"'),
+    # past Python's 4,300-digit limit for int(): refused before it converts
+    ('{"format": "precaudit-baseline/1", "findings": [{"count": ' + "9" * 5000 + '}]}',
+     "baseline.json: not a precaudit baseline: an integer of 5000 digits"),
+    # bare {} or [] parse into 27x their size: refused by their count before parsing
+    ('{"format": "precaudit-baseline/1", "findings": [' + ",".join(["[]"] * 100_000) + ']}',
+     "baseline.json: not a precaudit baseline: 100002 brackets in 300049 characters"),
+    ('{"format": "precaudit-baseline/1", "findings": [' + ",".join(["{}"] * 100_000) + ']}',
+     "baseline.json: not a precaudit baseline: 100002 brackets in 300049 characters"),
 ])
 def test_unreadable_baseline_is_exit_2(project, capsys, content, problem):
     if content is not None:

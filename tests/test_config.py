@@ -96,6 +96,12 @@ def test_show_settings_escapes_what_the_config_says(project, capsys):
     assert value("per-node-ignores") == {"enc\x1b]0;title\x07": ["PA102"]}
 
 
+def test_an_integer_past_the_digit_limit_is_one_line(project, capsys):
+    configure(project, f"samples = {'9' * 5000}")
+    assert main(["models/sub.onnx"]) == 2
+    assert one_error_line(capsys).startswith("precaudit: pyproject.toml: invalid TOML: a number too long to read")
+
+
 def test_per_model_ignores(project, capsys):
     configure(project, 'per-model-ignores = {"models/legacy/*" = ["PA101"]}')
     assert main(["models/legacy/under.onnx", "models/sub.onnx", "--fail-on", "warning"]) == 1
