@@ -196,3 +196,48 @@ def test_a_shape_error_from_a_guessed_dim_says_which_and_how_to_set_it(tmp_path,
             and "(precaudit guessed the symbolic dims seq=16: set them with --dim NAME=SIZE)" in out)
     assert main(["fix", str(path), "-o", str(tmp_path / "fixed2.onnx"), "--dim", "seq=64"]) == 3
     assert "float32 check (onnxruntime, 1 synthesized sample (seed 0))" in capsys.readouterr().out
+
+
+def _sized_by_input(op: str):
+    """A model whose one node's output size is an int64 input's value: ConstantOfShape(shape), Expand(x, shape),
+    Tile(x, repeats), Range(0, limit, 1) (then summed to a scalar added to x)."""
+    from onnx import numpy_helper
+
+    if op == "ConstantOfShape":
+        made = [h.make_node("ConstantOfShape", ["n"], ["big"], name="big",
+                            value=numpy_helper.from_array(np.array([1.0], np.float32)))]
+    elif op == "Range":
+        made = [h.make_node("Cast", ["n"], ["limit"], name="limit", to=T.FLOAT),
+                h.make_node("Squeeze", ["limit"], ["limit0"], name="squeeze"),
+                h.make_node("Range", ["zero", "limit0", "one"], ["big"], name="big")]
+    else:
+        made = [h.make_node(op, ["x", "n"], ["big"], name="big")]
+    nodes = [*made, h.make_node("ReduceSum", ["big"], ["s"], name="sum", keepdims=0),
+             h.make_node("Add", ["x", "s"], ["y"], name="add")]
+    n = h.make_tensor_value_info("n", T.INT64, [1] if op == "Range" else [2])
+    x = h.make_tensor_value_info("x", T.FLOAT, [1] if op == "Range" else [1, 1])
+    return model(nodes, [x, n], [h.make_tensor_value_info("y", T.FLOAT, [1] if op == "Range" else [1, 1])],
+                 [const("zero", 0.0), const("one", 1.0)] if op == "Range" else [])
+
+
+@pytest.mark.parametrize("engine", ["numpy", "onnxruntime"])
+@pytest.mark.parametrize("op,huge,small", [
+    ("ConstantOfShape", [200_000, 100_000], [3, 4]), ("Expand", [200_000, 100_000], [3, 4]),
+    ("Tile", [20_000_000_000], [12]), ("Range", [20_000_000_000], [12])])
+def test_a_tensor_past_the_budget_is_refused_before_it_is_made(op, huge, small, engine, tmp_path, capsys):
+    """An input whose value sizes a tensor (20,000,000,000 elements: 75 GiB) is one line and exit 2, refused before
+    the allocation; the same model with a small size runs."""
+    if op == "Tile":
+        huge, small = [1, huge[0]], [1, small[0]]
+    path = save(_sized_by_input(op), tmp_path / "m.onnx")
+    shape = (1,) if op == "Range" else (1, 1)
+    inputs = {"x": np.ones(shape, np.float32)}
+    big = _npz(tmp_path, **inputs, n=np.array(huge[-1:] if op == "Range" else huge, np.int64))
+    assert main([str(path), "--trace", "--trace-engine", engine, "--inputs", big]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error" not in err
+    # a Range's float limit of 2e10 is inf in float16: the emulated run, which comes first, is refused for that
+    made = "an unbounded number of" if op == "Range" else "20,000,000,000"
+    assert f"node 'big' ({op}) would make a tensor of {made} elements" in err
+    np.savez(tmp_path / "small.npz", **inputs, n=np.array(small[-1:] if op == "Range" else small, np.int64))
+    assert main([str(path), "--trace", "--trace-engine", engine, "--inputs", str(tmp_path / "small.npz")]) == 0

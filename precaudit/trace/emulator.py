@@ -8,6 +8,7 @@ kernels do not: they keep chains of fp16 ops in fp32 and hide overflow.
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, cast
@@ -129,6 +130,46 @@ _NOISE = 1e-5
 
 # Elementwise sums and differences: their noise floor is judged per element, from their inputs.
 _LOCAL_FLOOR_OPS = ("Add", "Sub")
+
+
+# The largest tensor a node whose output size comes from its inputs' values may make in traced mode, checked
+# before it is allocated: 2**28 elements, 1 GiB of float32 (as for a synthesized input, trace/inputs.py)
+MAX_TENSOR_ELEMENTS = 1 << 28
+
+
+def made_elements(node: Node, args: list) -> float | None:
+    """How many elements a node whose output size depends on its inputs' values will make (ConstantOfShape,
+    Expand, Tile, Range, OneHot, Pad), from those values; None for any other node or inputs that do not say."""
+    op = node.op_type
+    try:
+        if op == "ConstantOfShape" and args and args[0] is not None:
+            return int(np.prod([int(d) for d in np.asarray(args[0]).reshape(-1)], dtype=object))
+        if op == "Expand" and len(args) == 2 and args[1] is not None:
+            dims = [int(d) for d in np.asarray(args[1]).reshape(-1)]
+            shape = list(np.shape(args[0]))
+            width = max(len(dims), len(shape))
+            dims, shape = [1] * (width - len(dims)) + dims, [1] * (width - len(shape)) + shape
+            return int(np.prod([max(a, b) for a, b in zip(dims, shape)], dtype=object))
+        if op == "Tile" and len(args) == 2 and args[1] is not None:
+            repeats = [int(r) for r in np.asarray(args[1]).reshape(-1)]
+            return int(np.prod([int(d) * r for d, r in zip(np.shape(args[0]), repeats)], dtype=object))
+        if op == "Range" and len(args) == 3 and all(a is not None for a in args):
+            start, limit, delta = (float(np.asarray(a).reshape(-1)[0]) for a in args)
+            count = (limit - start) / delta if delta else math.nan
+            if math.isinf(count):
+                return math.inf  # a limit that overflowed the narrow format: no Range can run to it
+            return max(0, int(np.ceil(count))) if math.isfinite(count) else None
+        if op == "OneHot" and len(args) >= 2 and args[1] is not None:
+            return int(np.size(args[0])) * int(np.asarray(args[1]).reshape(-1)[0])
+        if op == "Pad" and len(args) >= 2 and args[1] is not None:
+            pads = [int(p) for p in np.asarray(args[1]).reshape(-1)]
+            shape = list(np.shape(args[0]))
+            if len(pads) != 2 * len(shape):
+                return None  # axes given: the kernel knows
+            return int(np.prod([d + pads[i] + pads[i + len(shape)] for i, d in enumerate(shape)], dtype=object))
+    except (TypeError, ValueError, OverflowError, IndexError):
+        return None
+    return None
 
 
 def reads_inputs(step: "_Step") -> bool:
@@ -335,11 +376,23 @@ class Emulator:
                 self._consts.pop(id(value), None)
 
     def _call(self, step: _Step, args: list, ctx: KernelContext) -> list:
+        made = made_elements(step.node, args)
+        if made is not None and made > MAX_TENSOR_ELEMENTS:
+            node = step.node
+            size = "an unbounded number of" if made == math.inf else f"{made:,}"
+            raise InputError(self.graph.path, f"traced mode: node '{node.name}' ({node.op_type}) would make a tensor "
+                                              f"of {size} elements from these inputs, above traced mode's "
+                                              f"{MAX_TENSOR_ELEMENTS:,} per tensor (1 GiB of float32): give smaller "
+                                              f"inputs (--inputs, --dim)")
         if step.kernel is not None:
             try:
                 return step.kernel(step.node, args, ctx)
             except NotImplementedError:  # a variant the kernel leaves to the reference evaluator
                 pass
+            except MemoryError:
+                node = step.node
+                raise InputError(self.graph.path, f"traced mode ran out of memory at node '{node.name}' "
+                                                  f"({node.op_type}): give smaller inputs (--inputs, --dim)") from None
             except (ValueError, TypeError, IndexError) as exc:  # shapes or types the inputs cannot have
                 node = step.node
                 raise InputError(self.graph.path, f"traced mode cannot run node '{node.name}' ({node.op_type}): "
