@@ -7,7 +7,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-__all__ = ["Value", "Node", "Graph", "implicit_inputs", "body_nodes", "CONST_CACHE_BYTES", "UNKNOWN"]
+__all__ = ["Value", "Node", "Graph", "implicit_inputs", "generated_name", "body_nodes", "CONST_CACHE_BYTES", "UNKNOWN"]
 
 # What a memo slot of a Value holds until its fact is first worked out (analysis/constants.py).
 UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN", "__slots__": ()})()
@@ -116,6 +116,8 @@ class Node:
     bodies: dict[str, Any] = field(default_factory=dict)
     body_nodes: dict[str, list["Node"]] = field(default_factory=dict, repr=False)  # per body, its own nodes in order
     parent: "Node | None" = field(default=None, repr=False)  # the control-flow node whose body holds this node
+    # the file gives it no name: precaudit named it (generated_name below), and a snippet names it so first
+    unnamed: bool = False
 
     def input(self, i: int) -> Value | None:
         return self.inputs[i] if i < len(self.inputs) else None
@@ -147,6 +149,19 @@ class Graph:
 
     def by_op(self, *op_types: str) -> list[Node]:
         return [n for n in self.nodes if n.op_type in op_types]
+
+
+def generated_name(op_type: str, first_output: str, taken: set[str]) -> str:
+    """The name precaudit (and a keep-list snippet's naming loop, converters.KeepArgs.naming) gives a node the file leaves
+    unnamed: op type _ first output, then ~1, ~2 ... until no node of the file is named so. Output names are unique
+    in a model, so only the file's own names can collide; checking only those makes the name independent of the
+    order nodes are named in."""
+    base = name = f"{op_type}_{first_output}"
+    k = 0
+    while name in taken:
+        k += 1
+        name = f"{base}~{k}"
+    return name
 
 
 def implicit_inputs(node: Node) -> list[Value]:

@@ -144,11 +144,16 @@ def test_unnamed_nodes_are_named_by_the_snippet_as_listed(tmp_path):
     listed = [n["name"] for n in keep["nodes"]]
     assert listed[0] == "MatMul_/layers.1/ffn/wo/MatMul_output_0" and keep["nodes"][0]["unnamed"]
     snippet = keep["snippet"]
-    naming = snippet[snippet.index("def name_nodes"):snippet.index("name_nodes(model.graph)") + 23]
     model = onnx.load(str(path))
-    exec(naming, {"model": model})  # the loop the snippet runs before converting
+    exec(_naming(snippet), {"model": model})  # the loop the snippet runs before converting
     names = {n.name for n in model.graph.node}
     assert set(listed) <= names
+
+
+def _naming(snippet: str) -> str:
+    """The snippet's loop that names unnamed nodes, as printed."""
+    end = snippet.index("node.name = name") + len("node.name = name")
+    return snippet[snippet.index("def graphs(graph):"):end]
 
 
 def _if_model(path: Path) -> Path:
@@ -237,6 +242,26 @@ def test_usage_errors(ffn_model, args, message, capsys):
     assert main(["keep-list", str(ffn_model), *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+
+
+def test_a_generated_name_never_takes_a_real_nodes_name(tmp_path):
+    """A real node named as precaudit would name an unnamed one: the unnamed node becomes name~1, in the report and
+    in the snippet's naming loop alike, and the list verifies on the model the snippet writes (run as printed)."""
+    path = ffn_overflow_transformer(tmp_path / "unnamed.onnx", names=False)
+    model = onnx.load(str(path))
+    taken = "MatMul_/layers.1/ffn/wo/MatMul_output_0"
+    decoy = next(n for n in model.graph.node if n.op_type == "Add")
+    decoy.name = taken  # a real Add, named like the generated name of the unnamed MatMul
+    onnx.save(model, str(path))
+    _, keep = keep_json(tmp_path, path, "--for", "onnxconverter-common", "--trace")
+    listed = [n["name"] for n in keep["nodes"]]
+    assert listed[0] == taken + "~1" and keep["nodes"][0]["unnamed"] and keep["nodes"][0]["op"] == "MatMul"
+    assert keep["verification"]["verified"]
+    named = onnx.load(str(path))
+    exec(_naming(keep["snippet"]), {"model": named})  # the loop the snippet runs before converting
+    assert [n.name for n in named.graph.node if n.op_type == "MatMul" and n.name.startswith(taken)] == [taken + "~1"]
+    assert sum(n.name == taken for n in named.graph.node) == 1  # the real Add keeps its name, alone
+    assert keep["snippet_check"]["ran"] and keep["snippet_check"]["loads"]
 
 
 def test_pytorch_modules_and_torch_tensorrt_names(tmp_path):

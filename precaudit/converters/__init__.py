@@ -183,17 +183,27 @@ class KeepArgs:
                 f"model = onnx.load({inferred!r})  # with its external data")
 
     def naming(self) -> list[str]:
-        """The loop that names unnamed nodes as precaudit names them (op type _ first output), if any is listed."""
+        """The loop that names unnamed nodes as precaudit names them (generated_name), if any is listed."""
         if not self.unnamed:
             return []
-        return ["# name the unnamed nodes as precaudit does (op type _ first output), so the lists can reach them",
-                "def name_nodes(graph):",
-                "    for node in graph.node:",
-                "        node.name = node.name or f\"{node.op_type}_{(list(node.output) or [''])[0]}\"",
-                "        for attr in node.attribute:",
-                "            for body in ([attr.g] if attr.HasField('g') else attr.graphs):",
-                "                name_nodes(body)",
-                "name_nodes(model.graph)"]
+        return ["# name the unnamed nodes as precaudit does (op type _ first output, then ~1, ~2 ... past a name",
+                "# the file already gives a node), so the lists can reach them",
+                "def graphs(graph):",
+                "    todo = [graph]",
+                "    while todo:",
+                "        g = todo.pop()",
+                "        yield g",
+                "        todo += [b for n in g.node for a in n.attribute for b in ([a.g] if a.HasField('g') else a.graphs)]",
+                "taken = {n.name for g in graphs(model.graph) for n in g.node if n.name}",
+                "for g in graphs(model.graph):",
+                "    for node in g.node:",
+                "        if not node.name:",
+                "            base = name = f\"{node.op_type}_{(list(node.output) or [''])[0]}\"",
+                "            k = 0",
+                "            while name in taken:",
+                "                k += 1",
+                "                name = f\"{base}~{k}\"",
+                "            node.name = name"]
 
     def save(self, path: str | None = None) -> str:
         path = path or self.out

@@ -16,7 +16,7 @@ import onnx.inliner
 from ..dtypes import format_of_onnx_type
 from ..errors import InputError
 from ..files import open_regular
-from ..ir import Graph, Node, Value
+from ..ir import Graph, Node, Value, generated_name
 from .onnx_data import element_count, tensor_loader, text
 from .source import user_frame
 
@@ -183,11 +183,30 @@ class _Builder:
         self._schemas: dict[tuple, dict[str, int]] = {}
         self._scopes: dict[str, str | None] = {}  # a TorchScript name's path prefix -> the module path it names
         self._noted: set[str] = set()  # external data files already recorded as read (files.note_read)
+        self._root: onnx.GraphProto | None = None
+        self._taken: set[str] | None = None  # every name the file gives a node, read at the first unnamed node
+
+    def _explicit_names(self) -> set[str]:
+        """The names the file gives its nodes, bodies included (iterative): what a generated name must not be."""
+        if self._taken is None:
+            taken: set[str] = set()
+            todo = [self._root] if self._root is not None else []
+            while todo:
+                g = todo.pop()
+                for n in g.node:
+                    if n.name:
+                        taken.add(n.name if n.name.__class__ is str else text(n.name))
+                    for a in n.attribute:
+                        todo += [a.g] if a.HasField("g") else list(a.graphs)
+            self._taken = taken
+        return self._taken
 
     def build(self, gp: onnx.GraphProto, graph: Graph, scope: dict[str, Value], subgraph_path: str,
               parent: Node | None = None) -> list[Node]:
         """Add gp's nodes (and their bodies' nodes) to graph; gp's own nodes, in order."""
         scope = dict(scope)  # a body sees the outer scope, not the other way round
+        if self._root is None:
+            self._root = gp
         types = self.types
         for infos in (gp.value_info, gp.output, gp.input):  # an input's own declaration wins
             types.update({vi.name if vi.name.__class__ is str else text(vi.name): vi.type for vi in infos})
@@ -232,13 +251,14 @@ class _Builder:
             own_name = np_.name
             if own_name.__class__ is not str:
                 own_name = text(own_name)
-            name = own_name or f"{op_type}_{outputs[0] if outputs else ''}"  # raw: reports escape it
+            # raw: reports escape it
+            name = own_name or generated_name(op_type, outputs[0] if outputs else "", self._explicit_names())
             attrs, bodies, body_attrs = _NO_ATTRS, _NO_BODIES, None
             if np_.attribute:
                 attrs, bodies, body_attrs = self._attributes(np_, subgraph_path + name, op_type, domain, opset,
                                                              schemas)
             node = Node(subgraph_path + name, op_type, domain, attrs, [], [], opset, None, None, None, None,
-                        subgraph_path, bodies, _NO_BODY_NODES if body_attrs is None else {}, parent)
+                        subgraph_path, bodies, _NO_BODY_NODES if body_attrs is None else {}, parent, not own_name)
             # module scope: TorchScript names nodes "/encoder/layer.0/attention/Softmax"
             if own_name.startswith("/"):
                 cut = own_name.rfind("/")

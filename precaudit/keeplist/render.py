@@ -25,10 +25,9 @@ def raw_name(node: Node) -> str:
 
 
 def is_unnamed(node: Node) -> bool:
-    """Whether the file gives the node no name: precaudit then calls it op type _ first output (the ONNX frontend's
-    rule), and so do the lists, after the naming loop they come with. A node really named so is listed the same."""
-    first = node.outputs[0].name if node.outputs else ""
-    return raw_name(node) == f"{node.op_type}_{first}"
+    """Whether the file gives the node no name: precaudit then names it (ir.generated_name), and so do the lists,
+    after the naming loop they come with."""
+    return node.unnamed
 
 
 def _top(node: Node) -> Node:
