@@ -30,12 +30,12 @@ __all__ = ["AuditResult", "audit_models", "load_graph", "static_matches"]
 
 
 def load_graph(path: str, torch_options: TorchOptions | None = None, target: str = "fp16",
-               dims: dict[str, int] | None = None) -> Graph:
+               dims: dict[str, int] | None = None, strict_dims: bool = True) -> Graph:
     """Pick the frontend by what the user named: an .onnx file, or a PyTorch model (imported lazily). dims: the
-    sizes the user gave symbolic dims (--dim), each checked to name one."""
+    sizes the user gave symbolic dims (--dim), each checked to name one where strict_dims (dims.size_dims)."""
     from .dims import size_dims
 
-    return size_dims(_load(path, torch_options, target), dims)
+    return size_dims(_load(path, torch_options, target), dims, strict_dims)
 
 
 def _load(path: str, torch_options: TorchOptions | None, target: str) -> Graph:
@@ -100,13 +100,14 @@ def _traced(path: str, graph: Graph, resolver: DtypeResolver, trace: TraceOption
 def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32: list[str],
                  torch_options: TorchOptions | None = None, trace: TraceOptions | None = None,
                  check_weights: bool = False, dtype_maps: bool = False, converter: str = "plain",
-                 dims: dict[str, int] | None = None, debug: bool = False) -> AuditResult:
+                 dims: dict[str, int] | None = None, debug: bool = False, strict_dims: bool = True) -> AuditResult:
     """Audit each model; a model that fails to load is recorded as an error and the rest go on.
 
     Weights are read only where the run reads them anyway (--trace) or the user asked (--check-weights).
     dtype_maps keeps each node's compute dtype and its reason (the HTML report's dtype map). converter names the
     fp16 converter modelled (precaudit/converters): its default block list, constant clamp and Cast handling.
-    dims sizes symbolic dims for the static pass too (--dim: a Range up to the sequence length is then bounded).
+    dims sizes symbolic dims for the static pass too (--dim: a Range up to the sequence length is then bounded);
+    strict_dims (one model in the run) refuses a name that is none of its dims, else each model takes its own.
     An unexpected failure in one model (a bug, a MemoryError, a PyTorch factory's exit()) is that model's error
     entry, and the others are audited and reported; debug prints its traceback.
     """
@@ -121,7 +122,7 @@ def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32:
             gc.collect()
         try:
             with _collector_paused(path.lower().endswith(".onnx")):
-                graph = load_graph(path, torch_options, target.name, dims)
+                graph = load_graph(path, torch_options, target.name, dims, strict_dims)
             with _collector_paused():
                 resolver = DtypeResolver(graph, target, keep_fp32, converter)
                 if dtype_maps:
@@ -134,7 +135,10 @@ def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32:
                     result.quantized[path] = quantized
             traced: list[Site] = []
             if trace is not None:
-                traced, result.traces[path] = _traced(path, graph, resolver, trace, torch_options, target, keep_fp32)
+                # several models: each runs with the --dim sizes of the dims it has (its static pass took the same)
+                mine = trace if strict_dims or not path.lower().endswith(".onnx") else \
+                    dataclasses.replace(trace, dims={k: v for k, v in trace.dims.items() if k in graph.dim_sizes})
+                traced, result.traces[path] = _traced(path, graph, resolver, mine, torch_options, target, keep_fp32)
             weights = find_weight_sites(graph, resolver) if (trace is not None or check_weights) and weight_rules \
                 else []
             with _collector_paused():

@@ -27,9 +27,15 @@ def check_dim_names(graph: Graph, dims: dict[str, int]) -> None:
         raise InputError(graph.path, f"--dim {unknown[0]}: no input has a dim of that name (symbolic dims: {names})")
 
 
-def size_dims(graph: Graph, dims: dict[str, int] | None) -> Graph:
-    """The graph with the user's sizes for its symbolic dims, each checked to name one (InputError if not)."""
+def size_dims(graph: Graph, dims: dict[str, int] | None, strict: bool = True) -> Graph:
+    """The graph with the user's sizes for its symbolic dims. strict (one model audited): each must name one of its
+    dims (InputError if not); otherwise (several models, whose dims differ) each model takes the names it has."""
     if dims:
-        check_dim_names(graph, dims)
+        if strict:
+            check_dim_names(graph, dims)
+        else:
+            known = {dim_key(v, i, d) for v in graph.inputs for i, d in enumerate(v.shape or ())
+                     if not (isinstance(d, int) and d > 0)}
+            dims = {k: v for k, v in dims.items() if k in known}
         graph.dim_sizes = dict(dims)
     return graph

@@ -51,7 +51,8 @@ def run_audit(models: list[str], settings: Settings, write_to: str | None, exit_
     result = audit_in_parallel(models, jobs, debug, target=target, rules=rule_set, keep_fp32=settings.keep_fp32,
                                torch_options=torch_options, trace=trace_options, check_weights=settings.check_weights,
                                dtype_maps=settings.format == "html", converter=settings.converter,
-                               dims=dims or (trace_options.dims if trace_options else None))
+                               dims=dims or (trace_options.dims if trace_options else None),
+                               strict_dims=len(models) == 1)
     kept = drop_ignored(result.findings, {r.id: r for r in rule_set}, settings.per_model_ignores,
                         settings.per_node_ignores, settings.project_root)
     if write_to is not None:

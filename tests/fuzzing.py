@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,25 +34,36 @@ class Case:
 
     files: dict[str, bytes]
     args: list[str]
-    kind: str  # "model", "bytes", "rules"
+    kind: str  # "model", "bytes", "rules", and fuzzing_surfaces.py's kinds
     notes: list[str] = field(default_factory=list)
+    links: dict[str, str] = field(default_factory=dict)  # symlink name -> what it points at (relative)
+    fifos: list[str] = field(default_factory=list)  # named pipes to make in the folder
+    folders: list[str] = field(default_factory=list)  # sub-folders to make (a .git marks a project root)
+    codes: tuple[int, ...] = (0, 1, 2)  # the exit codes the command may end with (keep-list and fix also say 3)
+    parse: str | None = None  # a check of the output the case names (fuzzing_surfaces.check_output)
+    models: int = 1  # models in the run: exit 2 says one line per model that failed
 
 
 @dataclass
 class Outcome:
     code: int | None
     stderr: str
+    codes: tuple[int, ...] = (0, 1, 2)
+    extra: str | None = None  # what a surface's own check found wrong (an input changed, an output unparsable)
+    models: int = 1
 
     def problem(self) -> str | None:
         """Why this run breaks the contract, or None."""
         lines = self.stderr.splitlines()
-        if self.code not in (0, 1, 2):
+        if self.extra:
+            return self.extra
+        if self.code not in self.codes:
             return f"exit code {self.code}"
         if "Traceback" in self.stderr:
             return "traceback"
-        if self.code == 2 and len(lines) != 1:
+        if self.code == 2 and not 1 <= len(lines) <= self.models:
             return f"exit 2 with {len(lines)} stderr lines"
-        if self.code != 2 and lines:
+        if self.code != 2 and lines and not all(_NOTE.match(line) for line in lines):
             return f"exit {self.code} with stderr"
         return None
 
@@ -59,20 +72,43 @@ class Outcome:
         return "internal error" in self.stderr
 
 
+# what a run may say on stderr besides an error: the baseline it wrote
+_NOTE = re.compile(r"precaudit: wrote \d+ findings? to the baseline ")
+
+
 def run_case(case: Case, folder: Path) -> Outcome:
-    """Write the case's files into folder and run the CLI in this process, capturing both streams."""
+    """Write the case's files (and links, pipes, folders) into folder and run the CLI in this process, from that
+    folder, capturing both streams; then check that every file the case gave is unchanged, and the case's output."""
     from precaudit.cli import main
 
+    for name in case.folders:
+        (folder / name).mkdir(parents=True, exist_ok=True)
     for name, data in case.files.items():
         (folder / name).write_bytes(data)
+    for name, target in case.links.items():
+        os.symlink(target, folder / name)
+    for name in case.fifos:
+        os.mkfifo(folder / name)
     args = [str(folder / a) if a in case.files else a for a in case.args]
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(args)
-        except SystemExit as exc:  # main(argv) returns; an exit escaping it is itself a finding
-            code = exc.code if isinstance(exc.code, int) else -1
-    return Outcome(code, err.getvalue())
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(args)
+            except SystemExit as exc:  # main(argv) returns; an exit escaping it is itself a finding
+                code = exc.code if isinstance(exc.code, int) else -1
+    finally:
+        os.chdir(here)
+    changed = [name for name, data in case.files.items()
+               if not (folder / name).is_file() or (folder / name).read_bytes() != data]
+    extra = f"an input changed: {', '.join(changed)}" if changed else None
+    if extra is None and case.parse is not None and code in (0, 1, 3):
+        from tests.fuzzing_surfaces import check_output
+
+        extra = check_output(case, folder, out.getvalue())
+    return Outcome(code, err.getvalue(), case.codes, extra, case.models)
 
 
 # ---- seeds: small valid models of the shapes the analyzer knows -------------------------------------------------
@@ -403,7 +439,9 @@ def _yaml_value(value) -> str:
 
 
 def any_case() -> st.SearchStrategy[Case]:
-    return st.one_of(model_cases(), byte_cases(), rule_cases())
+    from tests.fuzzing_surfaces import surface_cases
+
+    return st.one_of(model_cases(), byte_cases(), rule_cases(), surface_cases())
 
 
 __all__ = ["Case", "Outcome", "run_case", "model_cases", "byte_cases", "rule_cases", "any_case", "SEEDS"]

@@ -241,3 +241,19 @@ def test_a_tensor_past_the_budget_is_refused_before_it_is_made(op, huge, small, 
     assert f"node 'big' ({op}) would make a tensor of {made} elements" in err
     np.savez(tmp_path / "small.npz", **inputs, n=np.array(small[-1:] if op == "Range" else small, np.int64))
     assert main([str(path), "--trace", "--trace-engine", engine, "--inputs", str(tmp_path / "small.npz")]) == 0
+
+
+def test_dim_with_several_models_applies_where_a_model_has_it(tmp_path):
+    """One model alone: a --dim naming none of its dims is a typo (exit 2). Several models, whose dims differ: each
+    takes the names it has, static and traced alike."""
+    from fixtures.PA909_angle_error import _rope_of_seq
+
+    seq = save(_rope_of_seq(), tmp_path / "seq.onnx")
+    fixed = save(chain_model([("Relu", ["x"], "r")]), tmp_path / "fixed.onnx")
+    assert main([str(fixed), "--dim", "seq=4096"]) == 2
+    for extra in ((), ("--trace",)):
+        code, report = run_json([seq, fixed], "--dim", "seq=4096", "--select", "PA217,PA909", *extra,
+                                out_dir=tmp_path)
+        assert report["errors"] == [] and code == 0
+        found = {(r["rule_id"], r["values"].get("angle_bound")) for r in report["results"]}
+        assert found == ({("PA217", 4096.0), ("PA909", 4096.0)} if extra else {("PA217", 4096.0)})
