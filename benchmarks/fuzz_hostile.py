@@ -1,9 +1,11 @@
-"""Fuzz precaudit with hostile inputs: mutated models (fields and bytes) and rule files, thousands of cases.
+"""Fuzz precaudit with hostile inputs: mutated models (fields and bytes), rule files, output paths, names in every
+renderer, baselines, pyproject values, several models per run and traced inputs that size a tensor.
 
 Each case runs in a worker process that a watchdog replaces when it hangs (no answer within --timeout seconds),
 dies (a crash in a C extension) or grows past --rss-mb of peak memory. A case fails when it ends in a traceback,
-an exit code outside 0/1/2, exit 2 with other than one stderr line, stderr on exit 0/1, a hang, a crash, or
-memory past the bound. Prints the counts per kind and outcome, and every failing case (its mutations, arguments
+an exit code outside those its command has (0/1/2; keep-list and fix also 3), exit 2 with other than one stderr
+line per failing model, stderr on exit 0/1, an input file changed, an output that does not parse back, a hang, a
+crash, or memory past the bound. Prints the counts per kind and outcome, and every failing case (its mutations, arguments
 and stderr) so it can be replayed. Exits 1 if any case failed.
 
     python benchmarks/fuzz_hostile.py [--cases 1000] [--timeout 60] [--rss-mb 1024] [--seed 0] [--show-internal]
@@ -119,7 +121,7 @@ def main() -> int:
     dog._restart()
     total = sum(counts.values())
     print(f"\n{total} cases, seed {args.seed} (timeout {args.timeout:.0f} s, memory bound {args.rss_mb:.0f} MB per worker)")
-    for kind in ("model", "bytes", "rules"):
+    for kind in sorted({kind for kind, _ in counts}):
         ok, bad = counts[(kind, "ok")], counts[(kind, "FAIL")]
         print(f"  {kind:6s} {ok + bad:5d} cases: {ok:5d} within the contract, {bad:3d} failing")
     print("  exit codes: " + ", ".join(f"{code}: {n}" for code, n in sorted(exits.items(), key=str)))
