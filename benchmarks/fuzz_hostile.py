@@ -30,11 +30,12 @@ from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from tests.fuzzing import Case, any_case, run_case  # noqa: E402
 
 
-def _work(case: Case) -> tuple[int | None, str, float]:
-    """In the worker: run one case in a fresh folder; its outcome and the worker's peak RSS so far (MB)."""
+def _work(case: Case) -> tuple[int | None, str, str | None, float]:
+    """In the worker: run one case in a fresh folder; its outcome (with what the case's own checks found: an input
+    changed, an output that does not parse back) and the worker's peak RSS so far (MB)."""
     with tempfile.TemporaryDirectory(prefix="precaudit-fuzz-") as folder:
         outcome = run_case(case, Path(folder))
-    return outcome.code, outcome.stderr, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return outcome.code, outcome.stderr, outcome.extra, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 class Watchdog:
@@ -59,14 +60,14 @@ class Watchdog:
 
         future = self.pool.submit(_work, case)
         try:
-            code, stderr, peak = future.result(timeout=self.timeout)
+            code, stderr, extra, peak = future.result(timeout=self.timeout)
         except cf.TimeoutError:
             self._restart()
             return "hang", "", None
         except cf.process.BrokenProcessPool:
             self._restart()
             return "crash", "", None
-        outcome = Outcome(code, stderr)
+        outcome = Outcome(code, stderr, case.codes, extra, case.models)
         if peak > self.rss_mb:
             self._restart()
             return f"memory {peak:.0f} MB", stderr, code

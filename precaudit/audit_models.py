@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import gc
+import os
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable
 
@@ -150,6 +151,10 @@ def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32:
                 result.findings.extend(drop_suppressed(findings))
         except InputError as exc:
             result.errors.append(exc)
+            continue
+        except OSError as exc:  # a file the model names (its external data) that the system refuses to open
+            result.errors.append(InputError(path, f"{exc.strerror or type(exc).__name__}"
+                                                  f"{': ' + os.fsdecode(exc.filename)[:200] if exc.filename else ''}"))
             continue
         except (Exception, SystemExit) as exc:  # not KeyboardInterrupt: the user stops the whole run
             if debug:

@@ -405,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
             _error(f"{_one_line(str(exc))} (precaudit --help shows the usage)")
         elif isinstance(exc, InputError):
             _error(str(exc))
+        elif isinstance(exc, OSError) and exc.filename is not None:  # a path the user gave the system refused
+            _error(str(InputError(_shortened(os.fsdecode(exc.filename)), exc.strerror or type(exc).__name__)))
         elif isinstance(exc, SystemExit):
             _error(f"internal error: something called exit({exc.code!r}) (rerun with --debug for a traceback)")
         else:
@@ -426,6 +428,11 @@ def _error(message: str) -> None:
         sys.stderr.flush()
     except (OSError, ValueError, AttributeError):
         pass
+
+
+def _shortened(path: str, keep: int = 200) -> str:
+    """A path as an error line names it: its start and end, where it is longer than any file system allows."""
+    return path if len(path) <= keep else f"{path[:keep // 2]}...({len(path)} characters)...{path[-keep // 2:]}"
 
 
 def _one_line(text: str) -> str:

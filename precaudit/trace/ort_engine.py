@@ -40,6 +40,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..analysis.constants import is_constant
 from ..converters import Clamp
 from ..dtypes import FORMATS, Format
 from ..errors import InputError
@@ -62,6 +63,10 @@ _HELD_AS_IS = {"fp32", "fp64"}
 _NARROW = {TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ,
            TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ}
 _DOMAINS = {"": "", "ai.onnx": "", "com.microsoft": "com.microsoft"}
+# Ops whose output size comes from these inputs' values: onnxruntime would allocate whatever they ask (8 GB for a
+# Range to 2**31), so where those inputs are not constants they run on numpy, which checks the size against traced
+# mode's budget first (emulator.made_elements)
+_SIZED_BY = {"ConstantOfShape": (0,), "Expand": (1,), "Tile": (1,), "Range": (0, 1, 2), "OneHot": (1,), "Pad": (1,)}
 _DEFAULT_OPSET = {"": 17, "com.microsoft": 1}
 _EMBED_BYTES = 64 * 2 ** 10
 # bytes a segment may return, reference and emulation together (two segments' values are alive at once: one being
@@ -291,6 +296,10 @@ class OrtSegments:
         em = self.em
         if node.domain not in _DOMAINS:
             return f"node '{node.name}' is in domain '{node.domain}', which onnxruntime does not run"
+        sized = _SIZED_BY.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if sized and not all(is_constant(node.input(i)) for i in sized if node.input(i) is not None):
+            return (f"node '{node.name}' ({node.op_type}) makes a tensor as large as its inputs' values say: numpy "
+                    f"runs it, checking the size against traced mode's budget first")
         if emu_ctx is not em._emu_ctx:
             return f"node '{node.name}' rounds its statistics into its stash_type, which runs on numpy only"
         formats = [fmt for fmt in rounds if fmt is not None]
