@@ -453,3 +453,16 @@ def test_names_that_are_not_utf8_are_reported_visibly(tmp_path, capsys):
     assert "PA101" in out and "node 'norm\\udcff\\udcfe\\udcfd\\udcfc' (LayerNormalization)" in out
     code, report = run_json([path], out_dir=tmp_path)
     assert report["results"][0]["node_name"].startswith("norm")
+
+
+def test_a_path_longer_than_the_file_system_allows_is_one_line(tmp_path, capsys):
+    """ENAMETOOLONG from a model path, a rule path or a baseline path: one line naming the path, shortened, exit 2."""
+    from precaudit.cli import main
+
+    model = save(fused_norm("LayerNormalization", epsilon=1e-12), tmp_path / "m.onnx")
+    long = "x" * 5000
+    for args in ([f"{long}.onnx"], [str(model), "--rules", long], [str(model), "--baseline", long]):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "internal error" not in err and "File name too long" in err
+        assert "...(500" in err and len(err) < 400

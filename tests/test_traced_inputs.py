@@ -257,3 +257,17 @@ def test_dim_with_several_models_applies_where_a_model_has_it(tmp_path):
         assert report["errors"] == [] and code == 0
         found = {(r["rule_id"], r["values"].get("angle_bound")) for r in report["results"]}
         assert found == ({("PA217", 4096.0), ("PA909", 4096.0)} if extra else {("PA217", 4096.0)})
+
+
+@pytest.mark.parametrize("engine", ["numpy", "onnxruntime"])
+def test_a_range_onnxruntime_would_allocate_is_refused_first(engine, tmp_path, capsys):
+    """Found by benchmarks/fuzz_hostile.py: a Range to 2**31 from an int64 input ran inside an onnxruntime segment,
+    which allocated 8 GB. Sized by a non-constant input, it runs on numpy, which refuses it before allocating."""
+    from tests.fuzzing_surfaces import _SIZED
+
+    path = tmp_path / "sized.onnx"
+    path.write_bytes(_SIZED)
+    inputs = _npz(tmp_path, x=np.ones(1, np.float32), n=np.array([3, 1000], np.int64), m=np.array(2 ** 31, np.int64))
+    assert main([str(path), "--trace", "--trace-engine", engine, "--inputs", inputs]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "node 'range' (Range) would make a tensor of" in err
