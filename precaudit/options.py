@@ -33,3 +33,6 @@ class TraceOptions:
     engine: str = "auto"  # onnxruntime where it is installed (numpy kernels for what it cannot run), or numpy only
     progress: bool = False  # a progress bar on a terminal; never in CI or with machine-readable output
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # --range NAME=LO:HI of synthesized inputs
+    # --timeout: seconds a model's traced run may take (a Loop with an absurd trip count would run for ever); None: no
+    # limit. The run stops between nodes on numpy and inside a session on onnxruntime (RunOptions.terminate)
+    timeout: float | None = 1800.0

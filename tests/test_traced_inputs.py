@@ -271,3 +271,36 @@ def test_a_range_onnxruntime_would_allocate_is_refused_first(engine, tmp_path, c
     assert main([str(path), "--trace", "--trace-engine", engine, "--inputs", inputs]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "node 'range' (Range) would make a tensor of" in err
+
+
+def _endless_loop():
+    """A Loop of 2**62 iterations whose condition stays true: its session would run for centuries."""
+    from onnx import numpy_helper
+
+    body = h.make_graph([h.make_node("Identity", ["cond_in"], ["cond_out"]),
+                         h.make_node("Add", ["acc_in", "one"], ["acc_out"])], "body",
+                        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond_in", T.BOOL, []),
+                         h.make_tensor_value_info("acc_in", T.FLOAT, [1])],
+                        [h.make_tensor_value_info("cond_out", T.BOOL, []),
+                         h.make_tensor_value_info("acc_out", T.FLOAT, [1])],
+                        [numpy_helper.from_array(np.array([1.0], np.float32), "one")])
+    return model([h.make_node("Loop", ["M", "cond", "x"], ["y"], name="loop", body=body)],
+                 [h.make_tensor_value_info("x", T.FLOAT, [1])], [h.make_tensor_value_info("y", T.FLOAT, [1])],
+                 [numpy_helper.from_array(np.array(2 ** 62, np.int64), "M"),
+                  numpy_helper.from_array(np.array(True), "cond")])
+
+
+@pytest.mark.parametrize("command", [[], ["keep-list", "--for", "onnxruntime"]])
+def test_a_traced_run_past_its_timeout_stops(command, tmp_path, capsys):
+    """--timeout bounds a model's traced run, inside an onnxruntime session too (RunOptions.terminate): one line
+    naming the node, exit 2, seconds after the limit rather than never."""
+    import time
+
+    pytest.importorskip("onnxruntime")
+    path = save(_endless_loop(), tmp_path / "loop.onnx")
+    args = [*command[:1], str(path), *command[1:], "--trace", "--timeout", "1"]
+    start = time.monotonic()
+    assert main(args) == 2
+    assert time.monotonic() - start < 60
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "traced mode stopped after 1 s at node 'loop' (Loop) (--timeout" in err

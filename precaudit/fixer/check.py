@@ -412,13 +412,15 @@ def _output_diff(name: str, orig_runs: list[dict], fixed_runs: list[dict]) -> Ou
 
 
 def emulated(graph: Graph, target: Format, keep_fp32: list[str], converter, batches: list[dict[str, np.ndarray]],
-             engine: str) -> Emulated:
-    """The model run in the target dtype by the traced-mode emulator (what keep-list verifies with)."""
+             engine: str, timeout: float | None = None) -> Emulated:
+    """The model run in the target dtype by the traced-mode emulator (what keep-list verifies with); timeout: the
+    seconds it may take (--timeout)."""
     from ..trace import Emulator
     from ..trace.sites import first_nonfinite_site
 
     resolver = DtypeResolver(graph, target, keep_fp32, converter)
     emulator = Emulator(graph, resolver, engine=engine)
+    emulator.limit_time(timeout)
     for i, feeds in enumerate(batches):
         emulator.run(feeds, final=i == len(batches) - 1)
     bad, total, error, finite = 0, 0, 0.0, True

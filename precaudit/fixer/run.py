@@ -154,8 +154,8 @@ def run_fix(model: str, output: str | None, target: Format, rules: list[Rule], k
         for repair in result.plan.repairs:  # the alternative where float32 answers it: the keep, no change at all
             repair.keep_instead = _keep_instead(ctx, repair)
         if trace and result.plan.repairs:
-            result.trace = (emulated(graph, target, keep_fp32, converter, batches, inputs.engine),
-                            emulated(fixed_graph, target, keep_fp32, converter, batches, inputs.engine))
+            result.trace = (emulated(graph, target, keep_fp32, converter, batches, inputs.engine, inputs.timeout),
+                            emulated(fixed_graph, target, keep_fp32, converter, batches, inputs.engine, inputs.timeout))
         if not result.problems and result.plan.repairs:
             replace_with(target_path, None, what="the fixed model", shown=output, written=tmp)
             result.written = True

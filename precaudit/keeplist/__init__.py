@@ -192,7 +192,7 @@ def build_keep_list(path: str, target: Format, target_for: str, keep_fp32: list[
         result.inputs = result.source.describe()
         static = [n for e in result.entries for n in e.nodes]
         check = verify(graph, target, converter, keep_fp32, static, chains, batches, trace.engine, tolerance,
-                       max_runs, progress)
+                       max_runs, progress, trace.timeout)
         result.entries += [Entry("traced", [a.reason], a.nodes, a.dropped, keep_io=a.keep_io) for a in check.added]
         result.verification, result.tolerance = check, tolerance
     return result

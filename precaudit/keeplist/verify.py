@@ -36,7 +36,7 @@ class Run:
 
 
 def emulate(graph: Graph, target: Format, converter: Converter, keep_fp32: list[str], kept: list[Node],
-            batches: list[dict[str, np.ndarray]], engine: str, keep_io: bool = False) -> Run:
+            batches: list[dict[str, np.ndarray]], engine: str, keep_io: bool = False, timeout: float | None = None) -> Run:
     """One run: the reference and the emulated target dtype, with `kept` (and keep_fp32) in float32, and the graph
     inputs float32 where keep_io (keep_io_types=True) and only kept nodes read them."""
     from ..trace import Emulator  # the numpy emulation loads only when a list is verified
@@ -44,6 +44,7 @@ def emulate(graph: Graph, target: Format, converter: Converter, keep_fp32: list[
 
     resolver = DtypeResolver(graph, target, keep_fp32, converter, keep_nodes=kept, keep_io=keep_io)
     emulator = Emulator(graph, resolver, engine=engine)
+    emulator.limit_time(timeout)  # --timeout, per run
     for i, feeds in enumerate(batches):
         emulator.run(feeds, final=i == len(batches) - 1)  # the last batch keeps no weights for a next one
     stats = emulator.stats
@@ -88,7 +89,7 @@ class Verification:
 
 def verify(graph: Graph, target: Format, converter: Converter, keep_fp32: list[str], static: list[Node],
            chains: NormChains, batches: list[dict[str, np.ndarray]], engine: str, tolerance: float,
-           max_runs: int, progress: Callable[[str], None] | None = None) -> Verification:
+           max_runs: int, progress: Callable[[str], None] | None = None, timeout: float | None = None) -> Verification:
     """Add what the first inf/NaN (else the largest error) comes from until the list verifies, then prune."""
     out = Verification()
 
@@ -96,7 +97,7 @@ def verify(graph: Graph, target: Format, converter: Converter, keep_fp32: list[s
         out.runs += 1
         if progress is not None:
             progress(f"emulation run {out.runs}: {len(nodes)} nodes kept")
-        return emulate(graph, target, converter, keep_fp32, nodes, batches, engine, keep_io)
+        return emulate(graph, target, converter, keep_fp32, nodes, batches, engine, keep_io, timeout)
 
     kept = _unique(static)
     current = run(kept, False)

@@ -59,6 +59,7 @@ def traced_sites(graph: Graph, resolver: DtypeResolver, options: TraceOptions) -
     """Run every sample through the reference and the emulation, then one site per thing measured, in graph order."""
     emulator = Emulator(graph, resolver, engine=options.engine)
     probes = attach_probes(graph, resolver, emulator)
+    emulator.limit_time(options.timeout)
     # each .npz is one sample; synthesized inputs give --samples independent draws
     source, batches = iter_batches(graph, options)
     samples = source.samples

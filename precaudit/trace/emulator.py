@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable, cast
 
@@ -257,6 +258,21 @@ class Emulator:
         self.engine = engine if engine != "auto" else "onnxruntime" if onnxruntime_available() else "numpy"
         self._ort: OrtSegments | None = None  # made at the first run, once the probes have hooked on
         self.ran_on = {"onnxruntime": 0, "numpy": 0}  # nodes per engine in the last sample
+        # time.monotonic() past which the run stops (--timeout), over every sample; None: no limit
+        self.deadline: float | None = None
+        self.timeout: float | None = None
+
+    def limit_time(self, timeout: float | None) -> None:
+        """From now on, runs stop after timeout seconds (all samples together); None: no limit."""
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout if timeout else None
+
+    def check_time(self, where: Node | None = None) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            at = f" at node '{where.name}' ({where.op_type})" if where is not None else ""
+            raise InputError(self.graph.path, f"traced mode stopped after {self.timeout:g} s{at} (--timeout; 0 for no "
+                                              f"limit): a Loop may run for ever on these inputs, or the model needs "
+                                              f"longer")
 
     def run(self, feeds: dict[str, np.ndarray], progress: Callable[[int, int], None] | None = None,
             final: bool = False) -> None:
@@ -285,6 +301,7 @@ class Emulator:
         try:
             with np.errstate(all="ignore"):  # inf and NaN are what traced mode is looking for
                 while i < total:
+                    self.check_time(self._steps[i].node)
                     after = self._ort.run_from(i, emu, ref) if self._ort is not None else None
                     if after is None:
                         if self._ort is not None:

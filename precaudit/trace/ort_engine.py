@@ -33,6 +33,8 @@ are fed to the session like any other input.
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generator, Literal, cast
 
@@ -149,6 +151,7 @@ class OrtSegments:
         if segment is None:
             return None
         weights = segment.held if segment.held is not None else self._weights(segment)
+        timer = self._stop_at_deadline(segment)
         try:
             # (np.asarray: a numpy kernel may have given a numpy scalar, which onnxruntime does not take)
             outs = segment.session.run([name for name, _, _ in segment.fetch],
@@ -156,6 +159,8 @@ class OrtSegments:
                                         **{n: np.asarray(emu[vid]) for n, vid in segment.emu_feeds}, **weights},
                                        segment.run_options)
         except Exception as exc:
+            if timer is not None and timer.stopped:
+                self.em.check_time(self.em._steps[segment.start].node)  # past the deadline: it raises
             # onnxruntime refused these inputs; numpy runs the segment now and from now on (a real input error
             # is then reported by the numpy kernels, in one line)
             self._segments[i] = None
@@ -163,6 +168,10 @@ class OrtSegments:
                 self.eligible[k] = False
                 self.refusals.setdefault(id(self.em._steps[k].node), f"onnxruntime: {_first_line(exc)}")
             return None
+        finally:
+            if timer is not None:
+                timer.cancel()
+                segment.run_options.terminate = False  # type: ignore[union-attr]  # a kept segment runs again in the next sample
         if self.em.final:  # no sample follows: the session and its weights go now, not at the end of the run
             del self._segments[i]
         elif segment.held is None and weights and self.em.may_hold(_nbytes(weights)):
@@ -186,6 +195,15 @@ class OrtSegments:
         else:
             self._measure_steps(start, end, emu, ref)
         return end
+
+    def _stop_at_deadline(self, segment: "_Segment") -> "_Stopper | None":
+        """A timer that stops the session run (RunOptions.terminate) when the emulator's deadline passes: a Loop
+        inside a session would otherwise run for as long as its trip count says."""
+        if self.em.deadline is None or segment.run_options is None:
+            return None
+        stopper = _Stopper(max(0.0, self.em.deadline - time.monotonic()), segment.run_options)
+        stopper.start()
+        return stopper
 
     def _measure_steps(self, start: int, end: int, emu: dict, ref: dict) -> None:
         with np.errstate(all="ignore"):  # (errstate is per thread) inf and NaN are what traced mode looks for
@@ -640,6 +658,20 @@ class OrtSegments:
                 seen[domain] = max(seen.get(domain, 0), node.opset)
         opsets.update(seen)
         return opsets
+
+
+class _Stopper(threading.Timer):
+    """Sets terminate on a session's RunOptions after a delay; stopped says it did."""
+
+    def __init__(self, delay: float, run_options):
+        self.stopped = False
+        self._options = run_options
+        super().__init__(delay, self._stop)
+        self.daemon = True
+
+    def _stop(self) -> None:
+        self.stopped = True
+        self._options.terminate = True
 
 
 def _caster(casts: list[tuple[int, int]]) -> "ort.InferenceSession | Literal[False]":
