@@ -150,6 +150,18 @@ def test_unnamed_nodes_are_named_by_the_snippet_as_listed(tmp_path):
     assert set(listed) <= names
 
 
+def test_olive_snippet_is_json_with_unnamed_nodes(tmp_path):
+    """The Olive snippet is the pass's JSON and nothing else (a note appended as a // comment made it no JSON); the
+    note on unnamed nodes is the report's."""
+    path = ffn_overflow_transformer(tmp_path / "unnamed.onnx", names=False)
+    _, keep = keep_json(tmp_path, path, "--for", "olive", "--trace")
+    assert keep["unnamed_nodes"]
+    config = json.loads(keep["snippet"])
+    assert config["passes"]["fp16"]["node_block_list"] == [n["name"] for n in keep["nodes"]]
+    text = keep_text(tmp_path, path, "--for", "olive", "--trace", code=3)
+    assert "name them so first (keep-list --for onnxruntime prints the loop)" in text
+
+
 def _naming(snippet: str) -> str:
     """The snippet's loop that names unnamed nodes, as printed."""
     end = snippet.index("node.name = name") + len("node.name = name")

@@ -97,8 +97,6 @@ def paste_olive(args: KeepArgs) -> str:
         config["op_block_list"] = [*DEFAULT_OP_BLOCK_LIST, *args.op_types]
     if args.large:
         config["save_as_external_data"] = True
-    text = json.dumps({"passes": {"fp16": config}}, indent=2)
-    if args.unnamed:
-        text += ("\n// some listed nodes have no name: name them first (keep-list --format json holds the loop), or "
-                 "Olive's node lists cannot reach them")
-    return text
+    # JSON only, to paste into an Olive config: the note on unnamed nodes is the keep-list report's (a comment
+    # appended here made the snippet no JSON)
+    return json.dumps({"passes": {"fp16": config}}, indent=2)

@@ -126,7 +126,9 @@ def render_json(keep: KeepList) -> str:
         "external_data_over_2gb": args.large,
         "snippet": None if _refused(keep) else snippet(keep, args),
     }
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    from ..report.json import strict_json  # as the report: no lone surrogate, no NaN, in the JSON
+
+    return json.dumps(strict_json(data), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def render_text(keep: KeepList) -> str:
@@ -162,7 +164,11 @@ def render_text(keep: KeepList) -> str:
                      f"'{printable(finding.node_name)}' (precaudit explain {finding.rule_id})")
     if _control_flow(keep):
         lines.append(f"  warning: {keep.converter.control_flow}; modelopt AutoCast keeps a blocked If/Loop whole")
-    if args.unnamed:
+    if args.unnamed and keep.target_for == "olive":
+        lines.append("  some listed nodes have no name in the file: they are listed as op type _ first output; "
+                     "name them so first (keep-list --for onnxruntime prints the loop), or Olive's node lists "
+                     "cannot reach them")
+    elif args.unnamed:
         lines.append("  some listed nodes have no name in the file: they are listed as op type _ first output, "
                      "and the code below names them so first")
     if args.large:

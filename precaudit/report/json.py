@@ -49,6 +49,11 @@ def render_json(outcome: Outcome) -> str:
     return json.dumps(_strict(report_document(outcome)), indent=2, allow_nan=False) + "\n"
 
 
+def strict_json(value):
+    """The value as plain JSON takes it (_strict): what every JSON precaudit writes goes through."""
+    return _strict(value)
+
+
 def _strict(value):
     """Plain JSON: inf and nan (an eps that overflowed) become the strings "inf", "-inf", "nan", and a lone
     surrogate (a path with bytes that are not UTF-8) is written as the visible text \\udcxx, not as a JSON escape
