@@ -113,11 +113,26 @@ def _key(name: str) -> str:
     return name.replace("_", "-")
 
 
-_MAX_TOML_BYTES = 16 * MiB
+# a project's pyproject.toml is kilobytes; tomllib takes about a second per MiB (16 MiB of keep-fp32 names took
+# minutes), and the file is read where it is found and again where it is loaded: at most 1 MiB, parsed once
+_MAX_TOML_BYTES = 1 * MiB
 
 
 def _read_toml(path: Path) -> dict:
+    """The parsed file (a copy: callers may change it); the same text is parsed once per process."""
+    import copy
+
     text = read_text(path, _MAX_TOML_BYTES, _display(path))
+    if _PARSED.get("text") != text:
+        _PARSED.clear()  # one file's text at a time: a long-lived process (a notebook) keeps no pile
+        _PARSED.update(text=text, doc=_parse_toml(text, path))
+    return copy.deepcopy(_PARSED["doc"])
+
+
+_PARSED: dict[str, Any] = {}
+
+
+def _parse_toml(text: str, path: Path) -> dict:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -102,6 +102,12 @@ def test_an_integer_past_the_digit_limit_is_one_line(project, capsys):
     assert one_error_line(capsys).startswith("precaudit: pyproject.toml: invalid TOML: a number too long to read")
 
 
+def test_a_pyproject_past_1_mib_is_one_line(project, capsys):
+    configure(project, "keep-fp32 = [" + ", ".join(f'"n{i}"' for i in range(120_000)) + "]")
+    assert main(["models/sub.onnx"]) == 2
+    assert one_error_line(capsys) == "precaudit: pyproject.toml: file is larger than 1 MiB; precaudit refuses to read it"
+
+
 def test_per_model_ignores(project, capsys):
     configure(project, 'per-model-ignores = {"models/legacy/*" = ["PA101"]}')
     assert main(["models/legacy/under.onnx", "models/sub.onnx", "--fail-on", "warning"]) == 1

@@ -232,3 +232,32 @@ def test_a_float16_operand_of_a_promoting_op_ends_no_island(tmp_path, factory, e
     _, report = run_json([f"{tmp_path / 'promote.py'}:{factory}"], "--dtype", "fp16", out_dir=tmp_path)
     assert report["errors"] == []
     assert {r["rule_id"] for r in report["results"]} == expect
+
+
+@pytest.mark.parametrize("entries,keeper", [
+    (["LayerNormalization", "no*"], "LayerNormalization"), (["no*", "LayerNormalization"], "no*"),
+    (["other", "norm", "n*"], "norm"), (["n*", "norm"], "n*"), (["x*", "y"], None)])
+def test_keep_fp32_names_are_looked_up_and_the_first_entry_wins(tmp_path, entries, keeper):
+    """Op types and names are looked up, globs matched in order: the entry written first that matches keeps it."""
+    from fixtures.onnx_builders import fused_norm
+
+    graph = load_onnx(str(save(fused_norm("LayerNormalization", epsilon=1e-12), tmp_path / "m.onnx")))
+    node = next(n for n in graph.nodes if n.op_type == "LayerNormalization")
+    dtype = DtypeResolver(graph, FORMATS["fp16"], entries).of_node(node)
+    assert dtype is not None
+    if keeper is None:
+        assert dtype.fmt.name == "fp16"
+    else:
+        assert dtype.fmt.name == "fp32" and dtype.reason == f"kept in float32 by --keep-fp32 {keeper}"
+
+
+def test_too_many_keep_fp32_globs_is_one_line(tmp_path, capsys):
+    from fixtures.onnx_builders import fused_norm
+    from precaudit.cli import main
+
+    model = save(fused_norm("LayerNormalization", epsilon=1e-12), tmp_path / "m.onnx")
+    assert main([str(model), "--keep-fp32", ",".join(f"n{i}*" for i in range(1001))]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--keep-fp32: 1,001 patterns with * ? or [; at most 1,000" in err
+    names = ",".join(f"n{i}" for i in range(100_000))  # names are looked up: any number
+    assert main([str(model), "--keep-fp32", names]) == 0

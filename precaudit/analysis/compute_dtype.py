@@ -83,6 +83,9 @@ class _Origin:
         return self.kind == "island"
 
 
+_MAX_GLOBS = 1000
+
+
 class DtypeResolver:
     """Maps the stored graph onto a run at the target dtype.
 
@@ -102,6 +105,20 @@ class DtypeResolver:
         self.keep_io = keep_io
         self.target = target
         self.keep_fp32 = list(keep_fp32)
+        # op types and names are looked up; only entries with * ? or [ are matched one by one, at most _MAX_GLOBS
+        # of them (600,000 globs against every node took minutes)
+        self._literal: dict[str, int] = {}
+        self._globs: list[tuple[int, str]] = []
+        for i, pattern in enumerate(self.keep_fp32):
+            if any(c in pattern for c in "*?["):
+                self._globs.append((i, pattern))
+            else:
+                self._literal.setdefault(pattern, i)
+        if len(self._globs) > _MAX_GLOBS:
+            from ..errors import InputError
+
+            raise InputError(None, f"--keep-fp32: {len(self._globs):,} patterns with * ? or [; at most "
+                                   f"{_MAX_GLOBS:,} (name the nodes themselves: names are looked up, any number)")
         self.converted = target.name not in ("fp32", "fp64") and graph.converted_to is None and _converted(graph, target)
         self.converter = converter_named(converter)
         # the converter runs only on a float32 model being narrowed: not on one already converted, nor in float32
@@ -140,11 +157,20 @@ class DtypeResolver:
 
     def _find_keeper(self, node: Node) -> tuple[str | None, str]:
         inner: Node | None = node
+        literal = self._literal
         while inner is not None:
-            for pattern in self.keep_fp32:
-                if pattern == inner.op_type or fnmatchcase(inner.name, pattern) or \
-                        (inner.scope and fnmatchcase(inner.scope, pattern)):
-                    return pattern, self._within(node, inner, f"kept in float32 by --keep-fp32 {pattern}")
+            # the first entry that matches, as the list is written: a looked-up name or op type, or an earlier glob
+            hits = [literal[k] for k in (inner.op_type, inner.name, inner.scope) if k is not None and k in literal]
+            first = min(hits) if hits else None
+            for i, pattern in self._globs:
+                if first is not None and i > first:
+                    break
+                if fnmatchcase(inner.name, pattern) or (inner.scope and fnmatchcase(inner.scope, pattern)):
+                    first = i
+                    break
+            if first is not None:
+                pattern = self.keep_fp32[first]
+                return pattern, self._within(node, inner, f"kept in float32 by --keep-fp32 {pattern}")
             if id(inner) in self._keep_nodes:
                 return "keep-list", self._within(node, inner, "kept in float32 by the keep-list")
             blocked = self._blocked.get(id(inner))
