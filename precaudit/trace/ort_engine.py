@@ -66,8 +66,9 @@ _NARROW = {TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN, 
            TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ}
 _DOMAINS = {"": "", "ai.onnx": "", "com.microsoft": "com.microsoft"}
 # Ops whose output size comes from these inputs' values: onnxruntime would allocate whatever they ask (8 GB for a
-# Range to 2**31), so where those inputs are not constants they run on numpy, which checks the size against traced
-# mode's budget first (emulator.made_elements)
+# Range to 2**31 read from an int64 input), so where those values come from the graph's input data (not from shapes,
+# which existing tensors bound) they run on numpy, which checks the size against traced mode's budget first
+# (emulator.made_elements)
 _SIZED_BY = {"ConstantOfShape": (0,), "Expand": (1,), "Tile": (1,), "Range": (0, 1, 2), "OneHot": (1,), "Pad": (1,)}
 _DEFAULT_OPSET = {"": 17, "com.microsoft": 1}
 _EMBED_BYTES = 64 * 2 ** 10
@@ -315,8 +316,8 @@ class OrtSegments:
         if node.domain not in _DOMAINS:
             return f"node '{node.name}' is in domain '{node.domain}', which onnxruntime does not run"
         sized = _SIZED_BY.get(node.op_type) if node.domain in ("", "ai.onnx") else None
-        if sized and not all(is_constant(node.input(i)) for i in sized if node.input(i) is not None):
-            return (f"node '{node.name}' ({node.op_type}) makes a tensor as large as its inputs' values say: numpy "
+        if sized and _sized_by_data(node, sized):
+            return (f"node '{node.name}' ({node.op_type}) makes a tensor as large as the input data says: numpy "
                     f"runs it, checking the size against traced mode's budget first")
         if emu_ctx is not em._emu_ctx:
             return f"node '{node.name}' rounds its statistics into its stash_type, which runs on numpy only"
@@ -658,6 +659,26 @@ class OrtSegments:
                 seen[domain] = max(seen.get(domain, 0), node.opset)
         opsets.update(seen)
         return opsets
+
+
+def _sized_by_data(node: Node, indexes: tuple[int, ...], limit: int = 256) -> bool:
+    """Whether the inputs that size the node's output are computed from a graph input's values: walking producers
+    back (iteratively, at most limit nodes) and stopping at Shape and Size, whose values existing tensors bound, and
+    at constants. A walk past the limit counts as shapes (an exported graph's shape arithmetic is long)."""
+    todo = [node.input(i) for i in indexes]
+    seen: set[int] = set()
+    while todo and len(seen) < limit:
+        value = todo.pop()
+        if value is None or id(value) in seen or is_constant(value):
+            continue
+        seen.add(id(value))
+        if value.is_graph_input:
+            return True
+        maker = value.producer
+        if maker is None or maker.op_type in ("Shape", "Size"):
+            continue
+        todo.extend(maker.inputs)
+    return False
 
 
 class _Stopper(threading.Timer):
