@@ -46,7 +46,8 @@ def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp
           rules: list[str], select: list[str], ignore: list[str], preview: bool | None, output_format: str | None,
           no_group: bool, output: Path | None, fail_on: str | None, exit_zero: bool, statistics: bool,
           baseline: str | None, write_baseline: str | None, show_settings: bool, trace: bool,
-          check_weights: bool | None, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str, range_: list[str], timeout: float,
+          check_weights: bool | None, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str,
+          range_: list[str], timeout: float,
           input_shape: list[str], input_dtype: str, trust_pickle: bool, no_color: bool, jobs: int | None,
           debug: bool) -> int:
     """Audit models against the target dtype (the default command)."""
@@ -80,7 +81,8 @@ def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp
     if trace_engine not in TRACE_ENGINES:
         raise InputError(None, f"--trace-engine {trace_engine!r}: choose {', '.join(TRACE_ENGINES[:-1])} or "
                                f"{TRACE_ENGINES[-1]}")
-    trace_options = TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine, ranges=_ranges(range_), timeout=timeout or None,
+    trace_options = TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine, ranges=_ranges(range_),
+                                 timeout=timeout or None,
                                  progress=settings.format == "text" and output is None and _color_ok(no_color)) \
         if trace else None
     from .parallel import default_jobs
@@ -158,7 +160,8 @@ def match(*, rule: str, model: str, node: str, dtype: str | None, keep_fp32: lis
 
 def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp32: list[str], rules: list[str],
               select: list[str], ignore: list[str],
-              trace: bool, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str, range_: list[str], timeout: float,
+              trace: bool, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str,
+          range_: list[str], timeout: float,
               tolerance: float, max_runs: int, output_format: str, output: Path | None, input_shape: list[str],
               input_dtype: str, trust_pickle: bool, debug: bool) -> int:
     """The nodes to keep in float32, as your converter's arguments; verified by emulation with --trace."""
@@ -170,7 +173,8 @@ def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp3
         check_output(output)
     if trace_engine not in TRACE_ENGINES:
         raise _bad_value("--trace-engine", f"choose one of {', '.join(TRACE_ENGINES)}")
-    trace_options = TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine, ranges=_ranges(range_), timeout=timeout or None,
+    trace_options = TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine, ranges=_ranges(range_),
+                                 timeout=timeout or None,
                                  progress=output is None and _color_ok(False)) if trace else None
     from .config import load_settings
 
@@ -187,7 +191,8 @@ def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp3
 def fix(*, model: str, output: Path | None, dtype: str | None, dry_run: bool, min_eps: float | None,
         data_floor: str, tolerance: float,
         keep_fp32: list[str], converter: str | None, rules: list[str], select: list[str], ignore: list[str],
-        trace: bool, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str, range_: list[str], timeout: float,
+        trace: bool, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str,
+          range_: list[str], timeout: float,
         output_format: str, debug: bool) -> int:
     """Repair what the audit found, minimally and locally; write a new model, checked against the original."""
     from .config import load_settings
@@ -202,9 +207,10 @@ def fix(*, model: str, output: Path | None, dtype: str | None, dry_run: bool, mi
     _note_named_inputs([model], load_settings({"rules": list(rules)} if rules else {}), inputs)  # -o never over them
     given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "select": _split(select),
              "ignore": _split(ignore), "converter": _converter_name(converter)}
-    text, code = fix_report(model, given, str(output) if output is not None else None, dry_run, min_eps,
-                            TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine, ranges=_ranges(range_), timeout=timeout or None), trace,
-                            output_format, tolerance, data_floor)
+    options = TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine, ranges=_ranges(range_),
+                           timeout=timeout or None)
+    text, code = fix_report(model, given, str(output) if output is not None else None, dry_run, min_eps, options,
+                            trace, output_format, tolerance, data_floor)
     _write_stdout(text)
     return code
 

@@ -75,7 +75,8 @@ def app() -> "typer.Typer":
         check_weights: Annotated[Optional[bool], typer.Option("--check-weights/--no-check-weights",
                                                               help="Read every float32 weight and check it "
                                                                    "(always on with --trace).")] = None,
-        inputs: Inputs = [], samples: Samples = 1, dim: Dim = [], range_: Range = [], seed: Seed = 0, timeout: Timeout = 1800.0,
+        inputs: Inputs = [], samples: Samples = 1, dim: Dim = [], range_: Range = [], seed: Seed = 0,
+        timeout: Timeout = 1800.0,
         trace_engine: Engine = "auto", input_shape: InputShape = [], input_dtype: InputDtype = "fp32",
         trust_pickle: TrustPickle = False,
         no_color: Annotated[bool, typer.Option("--no-color", help="Plain text even on a terminal.")] = False,
@@ -113,7 +114,8 @@ def app() -> "typer.Typer":
         dtype: Dtype = None, keep_fp32: KeepFp32 = [], rules: Rules = [], select: Select = [], ignore: Ignore = [],
         trace: Annotated[bool, typer.Option("--trace", help="Verify the list by emulating the model (and grow "
                                                             "it).")] = False,
-        inputs: Inputs = [], samples: Samples = 1, dim: Dim = [], range_: Range = [], seed: Seed = 0, timeout: Timeout = 1800.0,
+        inputs: Inputs = [], samples: Samples = 1, dim: Dim = [], range_: Range = [], seed: Seed = 0,
+        timeout: Timeout = 1800.0,
         trace_engine: Engine = "auto",
         tolerance: Annotated[float, typer.Option("--tolerance", metavar="REL",
                                                  help="Traced: the largest output error allowed, relative to the "
@@ -148,7 +150,8 @@ def app() -> "typer.Typer":
                                                       "(default 1e-3).")] = 1e-3,
         select: Select = [], ignore: Ignore = [],
         trace: Annotated[bool, typer.Option("--trace", help="Also emulate both models in --dtype.")] = False,
-        inputs: Inputs = [], samples: Samples = 1, dim: Dim = [], range_: Range = [], seed: Seed = 0, timeout: Timeout = 1800.0,
+        inputs: Inputs = [], samples: Samples = 1, dim: Dim = [], range_: Range = [], seed: Seed = 0,
+        timeout: Timeout = 1800.0,
         trace_engine: Engine = "auto", output_format: ListFormat = "text", debug: Debug = False,
     ) -> None:
         raise typer.Exit(cli.fix(**_given(locals())))
