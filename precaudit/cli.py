@@ -118,11 +118,24 @@ def _target(settings: Settings) -> Format:
         raise _bad_value("--dtype", str(exc.args[0])) from None
 
 
-def list_rules(*, rules: list[str], output_format: str) -> int:
-    """List every rule: id, name, severity, whether it runs by default, summary."""
+def list_rules(*, rules: list[str], output_format: str, write_pages: Path | None = None) -> int:
+    """List every rule: id, name, severity, whether it runs by default, summary; or write their pages."""
     from .report.rule_docs import render_rule_json, render_rule_table
 
     all_rules = _rules_for_docs(rules)
+    if write_pages is not None:
+        from .errors import InputError
+        from .escape import printable
+        from .files import write_new
+        from .report.rule_pages import rule_pages
+
+        if not write_pages.is_dir():
+            raise InputError(str(write_pages), "--write-pages: no such folder")
+        pages = rule_pages(all_rules)
+        for name, text in pages.items():
+            write_new(write_pages / name, text, may_replace=(write_pages / name,), what="the rule page")
+        _write_stdout(f"wrote {len(pages)} pages to {printable(str(write_pages))}\n")
+        return EXIT_CLEAN
     render = render_rule_json if output_format == "json" else render_rule_table
     _write_stdout(render(all_rules))
     return EXIT_CLEAN

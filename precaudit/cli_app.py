@@ -87,7 +87,10 @@ def app() -> "typer.Typer":
         raise typer.Exit(cli.check(**_given(locals())))
 
     @application.command("rules", help="List every rule: id, name, severity, whether it runs by default, summary.")
-    def list_rules(rules: Rules = [], output_format: ListFormat = "text") -> None:
+    def list_rules(rules: Rules = [], output_format: ListFormat = "text",
+                   write_pages: Annotated[Optional[Path], typer.Option(
+                       "--write-pages", metavar="DIR", help="Write a Markdown page per rule and the index into DIR "
+                                                            "(docs/rules).")] = None) -> None:
         raise typer.Exit(cli.list_rules(**_given(locals())))
 
     @application.command("explain", help="Explain a rule: what it checks, a worked example in numbers, the fix.")
