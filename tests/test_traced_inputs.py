@@ -304,3 +304,14 @@ def test_a_traced_run_past_its_timeout_stops(command, tmp_path, capsys):
     assert time.monotonic() - start < 60
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "traced mode stopped after 1 s at node 'loop' (Loop) (--timeout" in err
+
+
+def test_an_op_type_that_is_not_utf8_is_one_line_when_traced(tmp_path, capsys):
+    """Found by benchmarks/fuzz_hostile.py: an op type whose bytes are not UTF-8 reached the reference evaluator's
+    node builder, which raised UnicodeEncodeError (an internal error); now the node has no kernel, in one line."""
+    m = chain_model([("Relu", ["x"], "r"), ("Softmax", ["r"], "probs")], dtype="fp32")
+    path = tmp_path / "m.onnx"
+    path.write_bytes(m.SerializeToString().replace(b"Softmax", b"Sof\xf4max"))
+    assert main([str(path), "--trace", "--trace-engine", "numpy"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error" not in err and "traced mode has no kernel for node 'probs'" in err

@@ -49,14 +49,14 @@ class ReferenceFallback:
         inputs = [helper.make_tensor_value_info(f"i{i}", helper.np_dtype_to_tensor_dtype(a.dtype), None)
                   for i, a in enumerate(args) if a is not None]
         outs = [f"o{i}" for i in range(len(node.outputs))]
-        proto = helper.make_node(node.op_type, names, outs, domain=node.domain, **node.attrs)
-        graph = helper.make_graph([proto], "one_node", inputs,
-                                  [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outs])
-        opsets = [helper.make_opsetid(node.domain, node.opset or 17)]
-        if node.domain:
-            opsets.append(helper.make_opsetid("", 17))
-        model = helper.make_model(graph, opset_imports=opsets)
-        try:
+        try:  # an op type, domain or string attribute that is not UTF-8 (a surrogate) cannot even be a node here
+            proto = helper.make_node(node.op_type, names, outs, domain=node.domain, **node.attrs)
+            graph = helper.make_graph([proto], "one_node", inputs, [
+                helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outs])
+            opsets = [helper.make_opsetid(node.domain, node.opset or 17)]
+            if node.domain:
+                opsets.append(helper.make_opsetid("", 17))
+            model = helper.make_model(graph, opset_imports=opsets)
             return ReferenceEvaluator(model)
         except Exception as exc:
             raise InputError(self.graph.path, f"traced mode has no kernel for node '{node.name}' "
