@@ -14,7 +14,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "rules"
 def test_the_committed_rule_pages_are_what_the_rules_generate():
     """Regenerate with: precaudit rules --write-pages docs/rules"""
     expected = rule_pages(load_rules([]))
-    committed = {p.name: p.read_text() for p in DOCS.glob("*.md")}
+    committed = {p.name: p.read_text() for p in DOCS.iterdir() if p.is_file()}
     assert sorted(committed) == sorted(expected)  # a page per rule, and no page for a rule that is gone
     stale = [name for name, text in expected.items() if committed[name] != text]
     assert stale == [], f"stale pages (precaudit rules --write-pages docs/rules): {stale}"
@@ -47,3 +47,26 @@ def test_a_strangers_rule_cannot_inject_html_or_close_its_code_block(tmp_path, c
         in (out / "index.md").read_text()
     assert main(["rules", "--write-pages", str(tmp_path / "missing")]) == 2
     assert "--write-pages: no such folder" in capsys.readouterr().err
+
+
+def test_every_shipped_rule_validates_against_the_published_schema():
+    """docs/rules/rule-schema.json, made from the loader's keys, severities, site kinds and repair kinds: every
+    shipped rule file validates, and what the loader refuses for its shape does not."""
+    import json
+
+    import jsonschema
+    import yaml
+
+    schema = json.loads((DOCS / "rule-schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    files = sorted((DOCS.parent.parent / "rules").glob("*.yaml"))
+    assert len(files) == len(load_rules([]))
+    for path in files:
+        errors = [e.message for e in validator.iter_errors(yaml.safe_load(path.read_text()))]
+        assert errors == [], (path.name, errors)
+    good = yaml.safe_load(files[0].read_text())
+    for bad in ({**good, "severity": "fatal"}, {**good, "id": "PA101\n"}, {**good, "colour": "red"},
+                {**good, "sites": ["nowhere"]}, {**good, "repair": "rewrite-everything"},
+                {k: v for k, v in good.items() if k != "fix"}):
+        assert not validator.is_valid(bad), bad

@@ -68,7 +68,8 @@ def rules_index(rules: list[Rule]) -> str:
     """The rules table: one row per rule, linking to its page."""
     lines = ["# Rules", "",
              "Every rule is a YAML file in `rules/`; these pages are generated from them "
-             "(`precaudit rules --write-pages docs/rules`).", "",
+             "(`precaudit rules --write-pages docs/rules`), with the rule-file JSON Schema editors validate a rule "
+             "file against ([rule-schema.json](rule-schema.json)).", "",
              "| id | name | severity | default | fix | summary |", "|---|---|---|---|---|---|"]
     lines += [f"| [{r.id}]({page_name(r)}) | {r.name} | {r.severity} | {default_state(r)} | {_cell(fixable(r))} | "
               f"{_cell(r.summary)} |" for r in rules]
@@ -76,5 +77,8 @@ def rules_index(rules: list[Rule]) -> str:
 
 
 def rule_pages(rules: list[Rule]) -> dict[str, str]:
-    """File name -> text, for every page the rules make: index.md and one per rule."""
-    return {"index.md": rules_index(rules), **{page_name(r): rule_page(r) for r in rules}}
+    """File name -> text, for every page the rules make: index.md, one per rule, and the rule-file JSON Schema."""
+    from ..rules.schema import render_schema
+
+    return {"index.md": rules_index(rules), **{page_name(r): rule_page(r) for r in rules},
+            "rule-schema.json": render_schema()}
