@@ -298,6 +298,8 @@ class Emulator:
             self._ort = OrtSegments(self)
         i = 0
         self.ran_on = {"onnxruntime": 0, "numpy": 0}
+        if self._ort is not None:
+            self._ort.stop_at(self.deadline)
         try:
             with np.errstate(all="ignore"):  # inf and NaN are what traced mode is looking for
                 while i < total:
@@ -316,6 +318,7 @@ class Emulator:
                         progress(i, total)
         finally:
             if self._ort is not None:
+                self._ort.unstop()
                 self._ort.wait()
         self._samples = {}
         if final:

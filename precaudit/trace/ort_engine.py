@@ -136,6 +136,9 @@ class OrtSegments:
         self._worker: "ThreadPoolExecutor | None" = None
         self._pending: "Future[None] | None" = None
         self._clamp_changes: dict[int, bool] = {}  # per weight under a --converter clamp: does the clamp change it
+        # one RunOptions for every segment's runs, so one timer per sample can stop whichever is running (--timeout)
+        self._run_options: "ort.RunOptions | None" = None
+        self._stopper: _Stopper | None = None
 
     # ---- running -------------------------------------------------------------------------------------------
 
@@ -152,7 +155,6 @@ class OrtSegments:
         if segment is None:
             return None
         weights = segment.held if segment.held is not None else self._weights(segment)
-        timer = self._stop_at_deadline(segment)
         try:
             # (np.asarray: a numpy kernel may have given a numpy scalar, which onnxruntime does not take)
             outs = segment.session.run([name for name, _, _ in segment.fetch],
@@ -160,7 +162,7 @@ class OrtSegments:
                                         **{n: np.asarray(emu[vid]) for n, vid in segment.emu_feeds}, **weights},
                                        segment.run_options)
         except Exception as exc:
-            if timer is not None and timer.stopped:
+            if self._stopper is not None and self._stopper.stopped:
                 self.em.check_time(self.em._steps[segment.start].node)  # past the deadline: it raises
             # onnxruntime refused these inputs; numpy runs the segment now and from now on (a real input error
             # is then reported by the numpy kernels, in one line)
@@ -169,10 +171,6 @@ class OrtSegments:
                 self.eligible[k] = False
                 self.refusals.setdefault(id(self.em._steps[k].node), f"onnxruntime: {_first_line(exc)}")
             return None
-        finally:
-            if timer is not None:
-                timer.cancel()
-                segment.run_options.terminate = False  # type: ignore[union-attr]  # a kept segment runs again in the next sample
         if self.em.final:  # no sample follows: the session and its weights go now, not at the end of the run
             del self._segments[i]
         elif segment.held is None and weights and self.em.may_hold(_nbytes(weights)):
@@ -197,14 +195,27 @@ class OrtSegments:
             self._measure_steps(start, end, emu, ref)
         return end
 
-    def _stop_at_deadline(self, segment: "_Segment") -> "_Stopper | None":
-        """A timer that stops the session run (RunOptions.terminate) when the emulator's deadline passes: a Loop
-        inside a session would otherwise run for as long as its trip count says."""
-        if self.em.deadline is None or segment.run_options is None:
-            return None
-        stopper = _Stopper(max(0.0, self.em.deadline - time.monotonic()), segment.run_options)
-        stopper.start()
-        return stopper
+    def stop_at(self, deadline: float | None) -> None:
+        """For the sample about to run: a timer that stops whichever session is running (RunOptions.terminate)
+        when the deadline passes, since a Loop inside a session runs for as long as its trip count says."""
+        if deadline is not None:
+            self._stopper = _Stopper(max(0.0, deadline - time.monotonic()), self._options())
+            self._stopper.start()
+
+    def unstop(self) -> None:
+        """After the sample: the timer cancelled, and the sessions free to run the next one."""
+        if self._stopper is not None:
+            self._stopper.cancel()
+            self._stopper = None
+            self._options().terminate = False
+
+    def _options(self) -> "ort.RunOptions":
+        if self._run_options is None:
+            import onnxruntime as ort
+
+            self._run_options = ort.RunOptions()
+            self._run_options.log_severity_level = 4
+        return self._run_options
 
     def _measure_steps(self, start: int, end: int, emu: dict, ref: dict) -> None:
         with np.errstate(all="ignore"):  # (errstate is per thread) inf and NaN are what traced mode looks for
@@ -548,9 +559,7 @@ class OrtSegments:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
 
         session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        run_options = ort.RunOptions()
-        run_options.log_severity_level = 4
-        return _Segment(start, end, session, ref_feeds, emu_feeds, fetch, run_options, weights, clamps=clamps,
+        return _Segment(start, end, session, ref_feeds, emu_feeds, fetch, self._options(), weights, clamps=clamps,
                         rounded=rounded)
 
     # ---- control-flow bodies ------------------------------------------------------------------------------
@@ -682,7 +691,7 @@ def _sized_by_data(node: Node, indexes: tuple[int, ...], limit: int = 256) -> bo
 
 
 class _Stopper(threading.Timer):
-    """Sets terminate on a session's RunOptions after a delay; stopped says it did."""
+    """Sets terminate on the sessions' RunOptions after a delay; stopped says it did."""
 
     def __init__(self, delay: float, run_options):
         self.stopped = False
