@@ -9,7 +9,7 @@ from __future__ import annotations
 from .errors import InputError
 from .ir import Graph, Value
 
-__all__ = ["dim_key", "check_dim_names", "size_dims"]
+__all__ = ["dim_key", "symbolic_dims", "check_dim_names", "size_dims"]
 
 
 def dim_key(value: Value, i: int, d) -> str:
@@ -17,10 +17,15 @@ def dim_key(value: Value, i: int, d) -> str:
     return d if isinstance(d, str) else f"{value.name}[{i}]"
 
 
+def symbolic_dims(graph: Graph) -> set[str]:
+    """The names --dim can size: every input dim that is not a fixed positive size."""
+    return {dim_key(v, i, d) for v in graph.inputs for i, d in enumerate(v.shape or ())
+            if not (isinstance(d, int) and d > 0)}
+
+
 def check_dim_names(graph: Graph, dims: dict[str, int]) -> None:
     """A --dim that names no symbolic dim of the inputs is a typo: say so rather than ignore it."""
-    known = {dim_key(v, i, d) for v in graph.inputs for i, d in enumerate(v.shape or ())
-             if not (isinstance(d, int) and d > 0)}
+    known = symbolic_dims(graph)
     unknown = sorted(set(dims) - known)
     if unknown:
         names = ", ".join(sorted(known)) or "none: every input dim is fixed"
@@ -34,8 +39,7 @@ def size_dims(graph: Graph, dims: dict[str, int] | None, strict: bool = True) ->
         if strict:
             check_dim_names(graph, dims)
         else:
-            known = {dim_key(v, i, d) for v in graph.inputs for i, d in enumerate(v.shape or ())
-                     if not (isinstance(d, int) and d > 0)}
+            known = symbolic_dims(graph)
             dims = {k: v for k, v in dims.items() if k in known}
         graph.dim_sizes = dict(dims)
     return graph
