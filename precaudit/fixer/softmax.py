@@ -60,16 +60,26 @@ def _sole_readers(node: Node, allowed: set[int]) -> bool:
     return True
 
 
-def log_softmax(ctx: Context, group: Group) -> Repair | str:
-    log = group.node
+def _under_log(ctx: Context, log: Node, op_type: str) -> tuple[Node, str, list] | str:
+    """The op_type node a Log reads (through Casts), and its input as the Log's dtype (a name, and the Cast that
+    makes it where one is needed); or why there is none."""
     source = skip_casts(log.input(0))
-    softmax = source.producer if source is not None else None
-    if softmax is None or softmax.op_type != "Softmax" or softmax.input(0) is None:
-        return "no Softmax found under the Log"
-    edit = ctx.edit
-    x = softmax.inputs[0]
+    inner = source.producer if source is not None else None
+    if inner is None or inner.op_type != op_type or inner.input(0) is None:
+        return f"no {op_type} found under the Log"
+    x = inner.inputs[0]
     assert x is not None  # checked above
     name, casts = _cast_if_needed(ctx, x, float_dtype(log.input(0)), log, f"{log.name}/precaudit_cast")
+    return inner, name, casts
+
+
+def log_softmax(ctx: Context, group: Group) -> Repair | str:
+    log = group.node
+    found = _under_log(ctx, log, "Softmax")
+    if isinstance(found, str):
+        return found
+    softmax, name, casts = found
+    edit = ctx.edit
     axis = softmax.attrs.get("axis")
 
     def apply() -> None:
@@ -94,14 +104,11 @@ def log_softmax(ctx: Context, group: Group) -> Repair | str:
 
 def log_sigmoid(ctx: Context, group: Group) -> Repair | str:
     log = group.node
-    source = skip_casts(log.input(0))
-    sigmoid = source.producer if source is not None else None
-    if sigmoid is None or sigmoid.op_type != "Sigmoid" or sigmoid.input(0) is None:
-        return "no Sigmoid found under the Log"
+    found = _under_log(ctx, log, "Sigmoid")
+    if isinstance(found, str):
+        return found
+    sigmoid, name, casts = found
     edit = ctx.edit
-    x = sigmoid.inputs[0]
-    assert x is not None  # checked above
-    name, casts = _cast_if_needed(ctx, x, float_dtype(log.input(0)), log, f"{log.name}/precaudit_cast")
     neg_out = edit.unique(f"{log.name}/precaudit_neg_output")
     sp_out = edit.unique(f"{log.name}/precaudit_softplus_output")
     neg = edit.make_node("Neg", [name], [neg_out], f"{log.name}/precaudit_neg")
