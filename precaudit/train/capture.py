@@ -1,0 +1,77 @@
+"""The loss as one captured ATen program per run: float32 (the reference), or as the regime computes it.
+
+amp regimes: the float32 program with autocast's casts written in (frontends/autocast.py reads the CUDA policy
+from torch's own kernels), so forward and backward take autocast's dtypes on a CPU without autocast; the casts
+are aten._to_copy, whose backward casts the gradient back as autocast's do. Pure regimes: model.to(low) with its
+float inputs, captured as it runs. The model is copied first: the user's module is never converted or stepped.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..frontends.user_code import user_code
+from .factory import TrainSetup
+from .regimes import Regime
+
+__all__ = ["Captured", "capture"]
+
+LOW = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+_FAILED = ("torch.export could not capture the loss ({}); data-dependent control flow in forward() or the loss_fn "
+           "is the usual cause")
+
+
+@dataclass
+class Captured:
+    module: Any  # the GraphModule: call it with the flat batch; its parameters are a copy of the model's
+    flat: list[Any]  # the batch as this run feeds it (float inputs in the low dtype for a pure regime)
+    regime: Regime | None  # None: the float32 reference
+    names: dict[str, str]  # the program's parameter name -> the model's own
+
+    def named_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        return [(self.names.get(n, n), p) for n, p in self.module.named_parameters() if p.requires_grad]
+
+
+def capture(setup: TrainSetup, regime: Regime | None, hooks: Any = None) -> Captured:
+    """The loss of a fresh copy of the model, captured in train mode for the reference or the regime."""
+    with user_code(setup.spec, "copying the model (copy.deepcopy)"):
+        model = copy.deepcopy(setup.model)
+    flat = list(setup.flat)
+    if regime is not None and not regime.autocast:
+        low = LOW[regime.low]
+        with user_code(setup.spec, f"converting the model with model.to({regime.low})"):
+            model = model.to(low)
+        flat = [a.to(low) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in flat]
+    if hooks is not None:
+        hooks(model)
+    loss_module = setup.loss_module(model).train()
+    with user_code(setup.spec, "running forward() under torch.export", _FAILED), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.export.export(loss_module, tuple(flat), strict=False)
+    if regime is not None and regime.autocast:
+        from ..frontends.autocast import cast_explicitly, plan_autocast
+
+        plan = plan_autocast(program, "cuda", regime.low, setup.spec)
+        cast_explicitly(program, plan)
+    module = program.module()
+    _trainable_casts(module)
+    names = {n: setup.names.get(n, n.removeprefix("model.")) for n, _ in module.named_parameters()}
+    return Captured(module, flat, regime, names)
+
+
+def _trainable_casts(module) -> None:
+    """autocast's casts, written as prims.convert_element_type (no autograd formula), become aten._to_copy."""
+    graph = module.graph
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.prims.convert_element_type.default:
+            node.target = torch.ops.aten._to_copy.default
+            node.kwargs = {"dtype": node.args[1]}
+            node.args = (node.args[0],)
+    module.recompile()

@@ -1,0 +1,179 @@
+"""Run a captured loss forward, backward and through the optimizer step, every ATen op rounded as a GPU runs it.
+
+RoundingMode sits at the dispatcher, below autograd, so it sees the backward's ops and the optimizer's as well
+as the forward's. An op with a float16 or bfloat16 input computes in float32 on copies of its inputs, and its
+outputs are rounded once into the dtype the op returns for those inputs (read from torch's meta kernels, once per
+op and dtype signature): what CUDA's kernels do, which accumulate in float32 and round the result. CPU half
+kernels are not used for it: several keep float16 partial sums or upcast and return float32. Ops that write into
+their own tensors (the optimizer's add_, lerp_, addcdiv_), views and casts run as they are: they round once into
+the tensor they write. Random ops draw from the upcast copy, so dropout's masks match the float32 reference's.
+
+The Recorder watches every op: the first whose output turns inf/NaN from finite inputs (with the phase, the
+autograd node running it and the forward op that node belongs to), and the largest |value| the backward makes
+in a low-precision dtype (the top of the loss-scale window).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = ["RoundingMode", "Recorder", "Event", "run_loss", "LOW_DTYPES"]
+
+LOW_DTYPES = (torch.float16, torch.bfloat16)
+_META_FAILED = object()
+_TAG = "precaudit_fx"  # the key each forward op's autograd node carries its fx node's name under
+
+
+@dataclass
+class Event:
+    """The first op whose output went inf/NaN while its inputs were finite."""
+
+    op: str  # the ATen op: 'aten.mm.default'
+    phase: str  # 'forward', 'backward' or 'optimizer step'
+    autograd_node: str | None  # 'AddmmBackward0' in the backward
+    fx_node: str | None  # the forward op it belongs to (the captured program's node name)
+    dtype: str  # what the output is held in
+    fraction: float  # its share of inf/NaN elements
+    input_absmax: float
+
+
+class Recorder:
+    def __init__(self, watch_backward_max: bool = False):
+        self.phase = "forward"
+        self.first: Event | None = None
+        self.current_fx: str | None = None  # the forward node the interpreter is running
+        self.watch_backward_max = watch_backward_max
+        self.backward_low_max = 0.0  # the largest |value| a backward op returned in float16/bfloat16
+        self.ops = 0
+
+    def observe(self, func, args, kwargs, out) -> None:
+        self.ops += 1
+        node = torch._C._current_autograd_node()
+        phase = "backward" if node is not None else self.phase
+        outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        if phase == "backward" and self.watch_backward_max:
+            for t in outs:
+                if t.dtype in LOW_DTYPES and t.numel():
+                    m = float(t.detach().abs().max())
+                    if m == m and m > self.backward_low_max:  # NaN compares False
+                        self.backward_low_max = m
+        if self.first is not None or not outs:
+            return
+        bad = [t for t in outs if t.numel() and not bool(torch.isfinite(t).all())]
+        if not bad:
+            return
+        ins = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and t.is_floating_point()
+               and t.numel()]
+        if any(not bool(torch.isfinite(t).all()) for t in ins):
+            return  # it only carries an inf/NaN made before it
+        t = bad[0]
+        fx = node.metadata.get(_TAG) if node is not None else self.current_fx
+        self.first = Event(str(func), phase, node.name() if node is not None else None, fx,
+                           str(t.dtype).replace("torch.", ""), float((~torch.isfinite(t)).float().mean()),
+                           max((float(i.detach().abs().max()) for i in ins), default=0.0))
+
+
+class RoundingMode(TorchDispatchMode):
+    """Every op with a low-precision input computed in float32 and rounded into its own output dtype."""
+
+    def __init__(self, recorder: Recorder, emulate: bool = True):
+        super().__init__()
+        self.recorder = recorder
+        self.emulate = emulate  # False: only record (the float32 reference)
+        self._dtypes: dict[Any, Any] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.emulate and _emulable(func) and _has_low(args, kwargs):
+            out = self._emulated(func, args, kwargs)
+        else:
+            out = func(*args, **kwargs)
+        self.recorder.observe(func, args, kwargs, out)
+        return out
+
+    def _emulated(self, func, args, kwargs):
+        dtypes = self._output_dtypes(func, args, kwargs)
+        if dtypes is _META_FAILED or not any(dtypes):
+            # no meta kernel: the op runs as PyTorch's CPU kernel does; no float output (a comparison, an
+            # assertion on the dtype): nothing to round, and the op must see its inputs' own dtypes
+            return func(*args, **kwargs)
+        up = pytree.tree_map(lambda a: a.float() if isinstance(a, torch.Tensor) and a.dtype in LOW_DTYPES else a,
+                             (args, kwargs))
+        out = func(*up[0], **up[1])
+        leaves, spec = pytree.tree_flatten(out)
+        rounded = [t.to(d) if isinstance(t, torch.Tensor) and d is not None and t.dtype != d else t
+                   for t, d in zip(leaves, dtypes)]
+        return pytree.tree_unflatten(rounded, spec)
+
+    def _output_dtypes(self, func, args, kwargs):
+        leaves = pytree.tree_leaves((args, kwargs))
+        key = (func, tuple(a.dtype if isinstance(a, torch.Tensor) else _hashable(a) for a in leaves))
+        found = self._dtypes.get(key)
+        if found is None:
+            found = self._dtypes[key] = _meta_dtypes(func, args, kwargs)
+        return found
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return repr(value)
+
+
+def _meta_dtypes(func, args, kwargs):
+    def meta(a):
+        return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta") \
+            if isinstance(a, torch.Tensor) else a
+    try:
+        margs, mkwargs = pytree.tree_map(meta, (args, kwargs))
+        out = func(*margs, **mkwargs)
+    except Exception:  # an op with no meta kernel, or one that needs real data
+        return _META_FAILED
+    return [t.dtype if isinstance(t, torch.Tensor) and t.is_floating_point() else None
+            for t in pytree.tree_leaves(out)]
+
+
+_CASTS = {"aten._to_copy", "aten.to", "aten.copy_", "aten.clone", "aten.detach", "aten.lift_fresh",
+          "aten.alias", "aten.empty_like", "aten.zeros_like", "aten.ones_like", "aten.full_like"}
+
+
+def _emulable(func) -> bool:
+    if func.is_view or func._schema.is_mutable:
+        return False
+    return func._schema.name.replace("::", ".") not in _CASTS
+
+
+def _has_low(args, kwargs) -> bool:
+    return any(isinstance(a, torch.Tensor) and a.dtype in LOW_DTYPES for a in pytree.tree_leaves((args, kwargs)))
+
+
+class _Tagging(torch.fx.Interpreter):
+    """Runs the captured program node by node: each output's autograd node is tagged with the fx node that made it,
+    so a backward op names its forward op (and, through the node's stack trace, the Python line)."""
+
+    def __init__(self, module, recorder: Recorder):
+        super().__init__(module)
+        self.recorder = recorder
+
+    def run_node(self, n):
+        self.recorder.current_fx = n.name if n.op == "call_function" else None
+        result = super().run_node(n)
+        for t in pytree.tree_leaves(result):
+            if isinstance(t, torch.Tensor) and t.grad_fn is not None and _TAG not in t.grad_fn.metadata:
+                t.grad_fn.metadata[_TAG] = n.name
+        return result
+
+
+def run_loss(module, flat: list, recorder: Recorder) -> torch.Tensor:
+    """The captured program's loss (under whatever mode the caller has entered)."""
+    out = _Tagging(module, recorder).run(*flat)
+    leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    return leaves[0]

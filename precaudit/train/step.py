@@ -1,0 +1,221 @@
+"""One training step twice — the float32 reference and the regime emulated op by op — and what differs.
+
+Both runs start from copies of the same weights, draw the same random numbers (dropout), and step the same
+optimizer; the regime's backward runs once without loss scaling and, under a scaler, once more at the scale
+the scaler would use, as GradScaler runs it: the loss multiplied, the float32 master gradients divided back,
+the step skipped when any is inf/NaN. What is compared is per parameter (its gradient, its update) and per
+op (the first inf/NaN, and the largest backward value in float16: the top of the loss-scale window).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..dtypes import FORMATS
+from ..frontends.user_code import user_code
+from .capture import Captured, capture
+from .emulate import Event, Recorder, RoundingMode, run_loss
+from .factory import TrainSetup
+from .regimes import Regime
+
+__all__ = ["ParamStats", "StepResult", "run_steps", "KEEP_FRACTION"]
+
+KEEP_FRACTION = 0.999  # the loss-scale window's bottom keeps this share of the reference's nonzero gradients
+
+
+@dataclass
+class ParamStats:
+    name: str
+    elements: int
+    weights_dtype: str
+    ref_nonzero: int  # elements of the reference's gradient that are not 0
+    underflow_unscaled: float  # of those, the share the regime's gradient has as 0 with no loss scaling
+    underflow_scaled: float  # ... at the regime's loss scale (the same as unscaled without a scaler)
+    subnormal_scaled: float  # ... the share whose scaled gradient is subnormal in the low dtype
+    cosine: float | None  # of the regime's gradient (as it trains: unscaled back) against the reference's
+    rel_error: float | None
+    ref_changed: int  # elements the reference's steps moved
+    absorbed: int  # of those, the elements the regime's steps left bit-identical
+    lr: float
+    absmedian: float  # the median |weight|, for the message
+
+
+@dataclass
+class StepResult:
+    regime: Regime
+    steps: int
+    scale: float  # the loss scale the regime's backward ran at (1 without a scaler)
+    loss_ref: float
+    loss_regime: float
+    params: list[ParamStats] = field(default_factory=list)
+    first_unscaled: Event | None = None  # the first inf/NaN of the forward and unscaled backward
+    first_scaled: Event | None = None  # ... of the backward at the loss scale
+    first_step: Event | None = None  # ... of the optimizer step
+    ref_finite: bool = True  # the reference's loss and gradients are all finite
+    skipped_steps: int = 0  # steps the scaler skipped in this run
+    backward_low_max: float = 0.0  # the largest |backward value| held in the low dtype, unscaled
+    window: tuple[float | None, float | None] = (None, None)  # (smallest kept scale, largest finite scale)
+    module: Any = None  # the regime's captured program: its nodes give the source lines of the events
+    ops: int = 0  # ATen ops the emulation ran
+
+
+def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, loss_scale: float | None = None,
+              lr: float | None = None) -> StepResult:
+    ref = capture(setup, None)
+    reg = capture(setup, regime)
+    ref_named, reg_named = ref.named_parameters(), dict(reg.named_parameters())
+    if not ref_named:
+        raise AssertionError("checked by setup_of")
+    scale = loss_scale if loss_scale is not None else regime.scaler.init if regime.scaler else 1.0
+    result = StepResult(regime, steps, scale, math.nan, math.nan, module=reg.module)
+
+    ref_before = {n: p.detach().clone() for n, p in ref_named}
+    reg_before = {n: p.detach().clone() for n, p in reg_named.items()}
+    ref_opt = setup.optimizer.build(ref_named, lr)
+    reg_opt = setup.optimizer.build(list(reg_named.items()), lr)
+    ref_grads: dict[str, torch.Tensor | None] = {}
+    g_unscaled: dict[str, torch.Tensor | None] = {}
+    g_scaled: dict[str, torch.Tensor | None] = {}
+    low = FORMATS[regime.low]
+    for step in range(steps):
+        # -- the reference --
+        torch.manual_seed(seed + step)
+        with user_code(setup.spec, "the float32 reference step"):
+            loss = run_loss(ref.module, ref.flat, Recorder())
+            loss.backward()
+        if step == 0:
+            result.loss_ref = float(loss.detach())
+            ref_grads = {n: None if p.grad is None else p.grad.detach().clone() for n, p in ref_named}
+            if all(g is None for g in ref_grads.values()):
+                from ..errors import InputError
+                raise InputError(setup.spec, "the loss does not depend on any parameter: no gradient reaches the "
+                                             "model's weights")
+            result.ref_finite = math.isfinite(result.loss_ref) and all(
+                g is None or bool(torch.isfinite(g).all()) for g in ref_grads.values())
+        ref_opt.step()
+        ref_opt.zero_grad(set_to_none=True)
+
+        # -- the regime, emulated --
+        torch.manual_seed(seed + step)
+        unscaled = Recorder(watch_backward_max=step == 0)
+        with user_code(setup.spec, f"the {regime.name} step"), RoundingMode(unscaled):
+            loss = run_loss(reg.module, reg.flat, unscaled)
+            if step == 0:
+                result.loss_regime = float(loss.detach())
+                loss.backward(retain_graph=scale != 1.0)
+                g_unscaled = _grads(reg_named)
+                result.first_unscaled = unscaled.first
+                result.backward_low_max = unscaled.backward_low_max
+                if scale != 1.0:
+                    reg_opt.zero_grad(set_to_none=True)
+            if step > 0 or scale != 1.0:
+                scaled = Recorder()
+                with RoundingMode(scaled):
+                    (loss * scale).backward()
+                if step == 0:
+                    result.first_scaled = scaled.first
+            # GradScaler's unscale_: the master gradients divided by the scale, in their own dtype
+            if scale != 1.0:
+                for p in reg_named.values():
+                    if p.grad is not None:
+                        p.grad.div_(scale)
+            if step == 0:
+                g_scaled = _grads(reg_named) if scale != 1.0 else g_unscaled
+            finite = all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in reg_named.values())
+            stepping = Recorder()
+            stepping.phase = "optimizer step"
+            if regime.scaler is not None and not finite:
+                result.skipped_steps += 1  # GradScaler skips the step and backs the scale off
+                scale *= regime.scaler.backoff
+            else:
+                with RoundingMode(stepping):
+                    reg_opt.step()
+                if result.first_step is None and stepping.first is not None:
+                    result.first_step = stepping.first
+            reg_opt.zero_grad(set_to_none=True)
+            result.ops += unscaled.ops + stepping.ops
+
+    for name, p in ref_named:
+        result.params.append(_param_stats(name, p, ref_before[name], ref_grads.get(name), reg_named[name],
+                                          reg_before[name], g_unscaled.get(name), g_scaled.get(name),
+                                          result.scale, low, setup.optimizer.hyper(name).get("lr", 0.0)
+                                          if lr is None else lr))
+    if regime.low == "fp16":
+        result.window = _window(ref_grads, result.backward_low_max, low)
+    return result
+
+
+def _grads(named: dict[str, nn.Parameter]) -> dict[str, torch.Tensor | None]:
+    return {n: None if p.grad is None else p.grad.detach().float().clone() for n, p in named.items()}
+
+
+def _param_stats(name, ref_p, ref_before, g_ref, reg_p, reg_before, g1, gs, scale, low, lr) -> ParamStats:
+    elements = ref_p.numel()
+    nz = (g_ref != 0) if g_ref is not None else torch.zeros(ref_p.shape, dtype=torch.bool)
+    n_nz = int(nz.sum())
+    zero1 = torch.zeros_like(nz) if g1 is None else (g1 == 0)
+    zeros = torch.zeros_like(nz) if gs is None else (gs == 0)
+    under1 = int((nz & zero1).sum()) / n_nz if n_nz else 0.0
+    unders = int((nz & zeros).sum()) / n_nz if n_nz else 0.0
+    if gs is not None and n_nz:
+        held = (gs * scale).abs()
+        sub = int((nz & (held > 0) & (held < low.smallest_normal)).sum()) / n_nz
+    else:
+        sub = 0.0
+    cosine = rel = None
+    if g_ref is not None and gs is not None:
+        a, b = g_ref.double().flatten(), gs.double().flatten()
+        na, nb = float(a.norm()), float(b.norm())
+        if na > 0 and math.isfinite(nb):
+            cosine = float(a @ b) / (na * nb) if nb > 0 else 0.0
+            rel = float((b - a).norm()) / na
+    changed = ref_p.detach() != ref_before
+    still = reg_p.detach() == reg_before
+    weights = ref_before.abs().flatten()
+    return ParamStats(name, elements, str(reg_p.dtype).replace("torch.", ""), n_nz, under1, unders, sub, cosine,
+                      rel, int(changed.sum()), int((changed & still).sum()), float(lr),
+                      float(weights.median()) if weights.numel() else 0.0)
+
+
+def _window(ref_grads: dict[str, torch.Tensor | None], backward_max: float, low) -> tuple[float | None, float | None]:
+    """The powers of two a loss scale can take: the smallest that keeps KEEP_FRACTION of the reference's nonzero
+    gradient elements from rounding to 0 in the low dtype, the largest before the backward's largest value
+    (measured unscaled, in the low dtype) overflows it."""
+    # frexp: |g| = m * 2**e with m in [0.5, 1); g * 2**k is nonzero in the low dtype when e + k >= log2 of its
+    # smallest subnormal (g * 2**k > half of it; the exact tie rounds to 0)
+    floor = int(round(math.log2(low.smallest_subnormal)))
+    counts: dict[int, int] = {}
+    total = 0
+    for g in ref_grads.values():
+        if g is None:
+            continue
+        nonzero = g[g != 0]
+        if not nonzero.numel():
+            continue
+        exps = torch.frexp(nonzero.float()).exponent.flatten()
+        values, n = torch.unique(exps, return_counts=True)
+        for v, c in zip(values.tolist(), n.tolist()):
+            counts[v] = counts.get(v, 0) + c
+        total += nonzero.numel()
+    smallest = None
+    if total:
+        allowed = (1 - KEEP_FRACTION) * total
+        lost = 0
+        k_min = None
+        for e in sorted(counts):  # the scale must lift every exponent above what may be lost
+            if lost + counts[e] > allowed:
+                k_min = floor - e
+                break
+            lost += counts[e]
+        smallest = 2.0 ** k_min if k_min is not None else None
+    largest = None
+    if backward_max > 0 and math.isfinite(backward_max):
+        largest = 2.0 ** math.floor(math.log2(low.overflow_threshold / backward_max))
+        if largest * backward_max >= low.overflow_threshold:
+            largest /= 2
+    return smallest, largest
