@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # the heavy modules load only when a command needs them, so -
 __all__ = ["main"]
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-_COMMAND_NAMES = ("check", "rules", "explain", "match", "keep-list", "fix")  # cli_app.COMMANDS, without importing it
+_COMMAND_NAMES = ("check", "rules", "explain", "match", "keep-list", "fix", "train")  # cli_app.COMMANDS, without importing it
 _APP_OPTIONS = ("--install-completion", "--show-completion")  # typer's own, for the app, not for check
 
 
@@ -226,6 +226,31 @@ def fix(*, model: str, output: Path | None, dtype: str | None, dry_run: bool, mi
                             trace, output_format, tolerance, data_floor)
     _write_stdout(text)
     return code
+
+
+def train(*, model: str, regime: str, trace: bool, steps: int, loss_scale: float | None, lr: float | None,
+          seed: int, rules: list[str], select: list[str], ignore: list[str], output_format: str | None,
+          output: Path | None, fail_on: str | None, baseline: str | None, no_color: bool, debug: bool) -> int:
+    """Audit a PyTorch training step (precaudit/train)."""
+    from .files import check_output
+    from .frontends.torch_input import torch_input_files
+
+    if output is not None:
+        for file in torch_input_files(model) if not os.path.lexists(model) else [model]:
+            from .files import note_read
+            note_read(file)
+        check_output(output)
+    from .train.audit import TrainOptions, run_train_audit
+
+    options = TrainOptions(regime=regime, trace=trace, steps=steps, seed=seed, loss_scale=loss_scale, lr=lr,
+                           select=_split(select), ignore=_split(ignore), rules=list(rules),
+                           fail_on=fail_on or "error", baseline=baseline)
+    outcome = run_train_audit(model, options, debug=debug)
+    outcome.settings["format"] = output_format or "text"
+    for err in outcome.result.errors:
+        _error(str(err))
+    _write(_render(outcome, output is None and _color_ok(no_color)), output)
+    return outcome.exit_code
 
 
 def _rule_named(rule: str, extra: list[str]) -> Rule:

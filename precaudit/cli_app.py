@@ -25,7 +25,8 @@ COMMANDS = {"check": "Audit models against the target dtype (the default command
             "explain": "Explain a rule: what it checks, a worked example, the fix.",
             "match": "Show, node by node, why a rule fires or does not.",
             "keep-list": "The nodes to keep in float32, as your converter's arguments.",
-            "fix": "Repair what the audit found; write a new model."}
+            "fix": "Repair what the audit found; write a new model.",
+            "train": "Audit a PyTorch training step (backward and optimizer) in an fp16/bf16 regime."}
 
 _CONVERTER_HELP = ("The fp16 converter to model: plain (default: every float32 tensor runs in --dtype), "
                    "onnxconverter-common, onnxruntime, olive or modelopt: its default block list, its clamp of the "
@@ -158,6 +159,44 @@ def app() -> "typer.Typer":
         trace_engine: Engine = "auto", output_format: ListFormat = "text", debug: Debug = False,
     ) -> None:
         raise typer.Exit(cli.fix(**_given(locals())))
+
+    @application.command("train", help="Audit a PyTorch training step in an fp16/bf16 regime: the backward pass, "
+                                       "the loss scale and the optimizer step (static, or one step run twice with "
+                                       "--trace).")
+    def train(
+        model: Annotated[str, typer.Argument(metavar="FACTORY",
+                                             help="model.py:make or package.module:make, returning (model, inputs"
+                                                  "[, loss_fn][, optimizer]).")],
+        regime: Annotated[str, typer.Option("--regime", metavar="REGIME",
+                                            help="amp-fp16 (default: autocast + GradScaler, float32 master "
+                                                 "weights), amp-bf16, bf16 (model.to(bfloat16)), fp16 "
+                                                 "(model.half()).")] = "amp-fp16",
+        trace: Annotated[bool, typer.Option("--trace", help="Run one step (or --steps) in float32 and in the "
+                                                            "regime, op by op, and compare.")] = False,
+        steps: Annotated[int, typer.Option("--steps", metavar="N", help="Traced: optimizer steps to run "
+                                                                        "(default 1).")] = 1,
+        loss_scale: Annotated[Optional[float], typer.Option("--loss-scale", metavar="S",
+                                                            help="GradScaler's start (amp-fp16) or a static scale "
+                                                                 "(fp16); default 65536 for amp-fp16.")] = None,
+        lr: Annotated[Optional[float], typer.Option("--lr", metavar="LR",
+                                                    help="Every parameter group's learning rate, instead of the "
+                                                         "optimizer's.")] = None,
+        seed: Seed = 0, rules: Rules = [], select: Select = [], ignore: Ignore = [],
+        output_format: Annotated[Optional[str], typer.Option("--format", "-f", callback=formats, metavar="FORMAT",
+                                                             help=f"Report format: {', '.join(OUTPUT_FORMATS)} "
+                                                                  "(default text).")] = None,
+        output: Annotated[Optional[Path], typer.Option("--output", "-o", metavar="FILE",
+                                                       help="Write the report to this file.")] = None,
+        fail_on: Annotated[Optional[str], typer.Option("--fail-on", callback=fail_on_choice,
+                                                       metavar="|".join(FAIL_ON),
+                                                       help="Exit 1 at this severity or worse (default "
+                                                            "error).")] = None,
+        baseline: Annotated[Optional[str], typer.Option("--baseline", metavar="FILE",
+                                                        help="Report only findings not in this baseline.")] = None,
+        no_color: Annotated[bool, typer.Option("--no-color", help="Plain text even on a terminal.")] = False,
+        debug: Debug = False,
+    ) -> None:
+        raise typer.Exit(cli.train(**_given(locals())))
 
     return application
 

@@ -15,6 +15,7 @@ from .compute_dtype import ComputeDtype, DtypeResolver
 from .constants import ScalarConst, is_constant, resolve_fill, resolve_scalar, skip_casts
 from .fused_norms import FUSED_NORMS, NormSpec
 from .pattern import OpP, match_node
+from ..train.facts import TRAIN_FACTS as _TRAIN_FACTS
 from .signs import SignAnalysis
 
 __all__ = ["Site", "FACT_NAMES", "PATTERN_FACTS", "find_sites", "find_norm_sites", "find_constant_sites", "find_pattern_sites",
@@ -77,6 +78,8 @@ FACT_NAMES["traced_first_nonfinite"] = {"op", "value", "samples", "nonfinite_fra
 # value_converted: the constant as a --converter leaves it (clamped), before rounding; converted_by: its words
 FACT_NAMES["constant"] = {"op", "value", "value_converted", "converted_by", "value_rounded", "value_class", "source",
                           "consumer", "mask_fill", *_DTYPE_FACTS}
+# precaudit train's sites (the training step's facts: no torch needed to read them)
+FACT_NAMES.update(_TRAIN_FACTS)
 # Facts of a site made by a rule's op pattern, besides the names the pattern binds.
 PATTERN_FACTS = {"op", "input_op", *_DTYPE_FACTS}
 
@@ -521,7 +524,8 @@ def reduction_length(node: Node) -> tuple[int | None, str]:
         axis = scalar_of(node.input(1))
         axes = None if axis is None else [int(axis)]
     elif "axes" in node.attrs:  # before opset 13 (ReduceSum) or 18 (the others)
-        axes = [int(a) for a in node.attrs["axes"]]
+        # None: the ATen lowering's x.mean() with no dim, which reduces every axis as absent axes do
+        axes = [int(a) for a in node.attrs["axes"] or ()]
     elif (axes_input := node.input(1)) is not None:
         axes = _small_ints(axes_input)
     else:

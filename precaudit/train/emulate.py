@@ -57,7 +57,8 @@ class Recorder:
         node = torch._C._current_autograd_node()
         phase = "backward" if node is not None else self.phase
         outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
-        if phase == "backward" and self.watch_backward_max:
+        # gradients only: a view in the backward (the transpose of a saved weight) carries forward values
+        if phase == "backward" and self.watch_backward_max and not func.is_view:
             for t in outs:
                 if t.dtype in LOW_DTYPES and t.numel():
                     m = float(t.detach().abs().max())
@@ -68,8 +69,9 @@ class Recorder:
         bad = [t for t in outs if t.numel() and not bool(torch.isfinite(t).all())]
         if not bad:
             return
+        # an in-place op's own tensor is an input already overwritten: judge the inputs it read, not that one
         ins = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and t.is_floating_point()
-               and t.numel()]
+               and t.numel() and not any(t is o for o in outs)]
         if any(not bool(torch.isfinite(t).all()) for t in ins):
             return  # it only carries an inf/NaN made before it
         t = bad[0]

@@ -70,7 +70,7 @@ class OptimizerSpec:
         if first.get("weight_decay"):
             parts.append(f"weight_decay {first['weight_decay']:g}")
         more = f", {len(self.groups)} parameter groups" if len(self.groups) > 1 else ""
-        return f"{self.kind} ({', '.join(parts)}{more}){'' if self.given else ', torch defaults: none was given'}"
+        return f"{self.kind} ({', '.join(parts)}{more}{'' if self.given else '; none given: torch defaults'})"
 
 
 class LossModule(nn.Module):

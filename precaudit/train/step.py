@@ -10,6 +10,7 @@ op (the first inf/NaN, and the largest backward value in float16: the top of the
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,7 @@ from torch import nn
 
 from ..dtypes import FORMATS
 from ..frontends.user_code import user_code
-from .capture import Captured, capture
+from .capture import capture
 from .emulate import Event, Recorder, RoundingMode, run_loss
 from .factory import TrainSetup
 from .regimes import Regime
@@ -57,6 +58,7 @@ class StepResult:
     first_scaled: Event | None = None  # ... of the backward at the loss scale
     first_step: Event | None = None  # ... of the optimizer step
     ref_finite: bool = True  # the reference's loss and gradients are all finite
+    regime_finite: bool = True  # the regime's loss, unscaled gradients and stepped weights are all finite
     skipped_steps: int = 0  # steps the scaler skipped in this run
     backward_low_max: float = 0.0  # the largest |backward value| held in the low dtype, unscaled
     window: tuple[float | None, float | None] = (None, None)  # (smallest kept scale, largest finite scale)
@@ -140,6 +142,9 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
             reg_opt.zero_grad(set_to_none=True)
             result.ops += unscaled.ops + stepping.ops
 
+    result.regime_finite = math.isfinite(result.loss_regime) and all(
+        g is None or bool(torch.isfinite(g).all()) for g in g_unscaled.values()) and all(
+        bool(torch.isfinite(p).all()) for p in reg_named.values())
     for name, p in ref_named:
         result.params.append(_param_stats(name, p, ref_before[name], ref_grads.get(name), reg_named[name],
                                           reg_before[name], g_unscaled.get(name), g_scaled.get(name),
@@ -219,3 +224,55 @@ def _window(ref_grads: dict[str, torch.Tensor | None], backward_max: float, low)
         if largest * backward_max >= low.overflow_threshold:
             largest /= 2
     return smallest, largest
+
+
+_NORM_CLASS = re.compile(r"Norm(alization)?(\d+d)?\Z")  # LayerNorm, LlamaRMSNorm, GroupNorm, T5LayerNorm
+
+
+def _is_norm(module: nn.Module) -> bool:
+    # BatchNorm's statistics run over the batch, not a row: zeroing one row does not collapse them
+    name = type(module).__name__
+    return bool(_NORM_CLASS.search(name)) and "BatchNorm" not in name
+
+
+def _collapse_first_row(model: nn.Module) -> int:
+    """A forward pre-hook on every norm module: row 0 of its input (along the last axis) set to zeros, the
+    collapsed row a constant or padded position gives, whose variance is exactly 0."""
+    def hook(module, args):
+        if not args or not isinstance(args[0], torch.Tensor) or args[0].dim() < 2:
+            return None
+        x = args[0]
+        keep = torch.ones(x.shape[-2], 1, dtype=x.dtype)
+        keep[0] = 0
+        return (x * keep, *args[1:])
+    found = 0
+    for module in model.modules():
+        if _is_norm(module):
+            module.register_forward_pre_hook(hook)
+            found += 1
+    return found
+
+
+def collapsed_row(setup: TrainSetup, regime: Regime, seed: int = 0) -> tuple[Event | None, bool, int, Any] | None:
+    """The backward through a zero row at every norm: the first inf/NaN in the regime, whether float32's is
+    finite, how many norm modules, and the program run (its nodes name the source lines); None when the model
+    has no norm module."""
+    counted: list[int] = []
+    ref = capture(setup, None, hooks=lambda m: counted.append(_collapse_first_row(m)))
+    if not counted or not counted[0]:
+        return None
+    torch.manual_seed(seed)
+    with user_code(setup.spec, "the float32 step on a collapsed row"):
+        loss = run_loss(ref.module, ref.flat, Recorder())
+        loss.backward()
+    ref_finite = math.isfinite(float(loss.detach())) and all(
+        p.grad is None or bool(torch.isfinite(p.grad).all()) for _, p in ref.named_parameters())
+    reg = capture(setup, regime, hooks=_collapse_first_row)
+    torch.manual_seed(seed)
+    rec = Recorder()
+    with user_code(setup.spec, f"the {regime.name} step on a collapsed row"), RoundingMode(rec):
+        loss = run_loss(reg.module, reg.flat, rec)
+        loss.backward()
+    finite = all(p.grad is None or bool(torch.isfinite(p.grad).all()) for _, p in reg.named_parameters())
+    event = rec.first if rec.first is not None and rec.first.phase == "backward" and not finite else None
+    return event, ref_finite, counted[0], reg.module

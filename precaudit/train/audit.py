@@ -1,0 +1,131 @@
+"""One training audit: the forward graph's static findings in the regime, the training rules' static sites, and
+(traced) one step in float32 and in the regime — findings through the same rules, reports and exit codes as check.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InputError
+from ..finding import Finding, severity_rank
+from ..pipeline import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS
+from ..result import AuditResult
+from .regimes import regime_named
+
+__all__ = ["TrainOptions", "run_train_audit"]
+
+
+@dataclass
+class TrainOptions:
+    regime: str = "amp-fp16"
+    trace: bool = False
+    steps: int = 1
+    seed: int = 0
+    loss_scale: float | None = None  # --loss-scale: GradScaler's start (amp-fp16) or a static scale (fp16)
+    lr: float | None = None  # --lr: every parameter group's learning rate, instead of the optimizer's
+    collapsed_row: bool = True  # traced: also step a batch whose norm inputs have a zero row
+    select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)
+    fail_on: str = "error"
+    baseline: str | None = None
+    preview: bool = False
+
+
+def run_train_audit(spec: str, options: TrainOptions, made: Any = None, debug: bool = False):
+    """The Outcome of auditing one training factory (or, from the API, what a factory would have returned)."""
+    from ..report.locations import repo_root
+    from ..report.outcome import Outcome
+    from ..rules.loader import load_rules
+    from ..selection import active_rules, check_selectors
+
+    try:
+        regime = regime_named(options.regime)
+    except KeyError as exc:
+        raise InputError(None, f"--regime: {exc.args[0]}") from None
+    if options.steps < 1:
+        raise InputError(None, f"--steps must be at least 1, not {options.steps}")
+    if options.loss_scale is not None and not options.loss_scale > 0:
+        raise InputError(None, f"--loss-scale must be a positive number, not {options.loss_scale}")
+    all_rules = load_rules(options.rules)
+    for name in ("select", "ignore"):
+        check_selectors(getattr(options, name), all_rules, None, f"--{name}")
+    rules = active_rules(all_rules, options.select, options.ignore, options.preview)
+    result = AuditResult()
+    try:
+        findings = _audit(spec, regime, options, rules, made)
+        result.findings = findings
+        result.models.append(spec)
+    except InputError as exc:
+        result.errors.append(exc)
+    except (Exception, SystemExit) as exc:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        from ..audit_models import _internal_error
+        result.errors.append(_internal_error(spec, exc))
+    counted = result.findings
+    match = None
+    if options.baseline:
+        from ..baseline import apply_baseline
+        match = apply_baseline(options.baseline, counted, result.models)
+        counted = match.new
+        result.findings = counted
+    threshold = severity_rank(options.fail_on) if options.fail_on != "never" else 99
+    failing = any(severity_rank(f.severity) >= threshold for f in counted)
+    code = EXIT_ERROR if result.errors else EXIT_FINDINGS if failing else EXIT_CLEAN
+    settings = {"dtype": regime.low, "regime": regime.name, "regime_summary": regime.summary,
+                "fail_on": options.fail_on, "trace": options.trace, "steps": options.steps,
+                "select": options.select, "ignore": options.ignore, "rules": options.rules,
+                "baseline": options.baseline, "preview": options.preview, "keep_fp32": [], "format": "text",
+                "check_weights": True, "converter": "plain", "autocast": "cuda" if regime.autocast else None,
+                "config_file": None}
+    return Outcome(result=result, settings=settings, exit_code=code, rules=rules, root=repo_root(), baseline=match)
+
+
+def _audit(spec: str, regime, options: TrainOptions, rules, made: Any) -> list[Finding]:
+    import dataclasses
+
+    from ..rules.engine import apply_rules
+    from ..suppress import drop_suppressed
+    from .factory import load_setup, setup_of
+    from .sites import static_sites, traced_sites
+
+    setup = setup_of(spec, made) if made is not None else load_setup(spec)
+    forward = _forward_sites(setup, regime)
+    findings = apply_rules(rules, forward, spec)
+    findings += apply_rules(rules, static_sites(setup, regime, forward), spec)
+    if options.trace:
+        from .step import collapsed_row, run_steps
+
+        result = run_steps(setup, regime, options.steps, options.seed, options.loss_scale, options.lr)
+        collapsed = collapsed_row(setup, regime, options.seed) if options.collapsed_row else None
+        measured = apply_rules(rules, traced_sites(result, collapsed, "the factory's batch"), spec)
+        # traced numbers hold for the batch they were measured on: the factory's own (the user's data)
+        findings += [dataclasses.replace(f, inputs="user") for f in measured]
+    return drop_suppressed(findings)
+
+
+def _forward_sites(setup, regime) -> list:
+    """The forward graph's sites as the regime computes it: autocast(cuda) over float32, or model.to(low)."""
+    from ..analysis.collect import collect_sites
+    from ..analysis.compute_dtype import DtypeResolver
+    from ..dtypes import FORMATS
+    from ..frontends.torch_graph import _capture, _capture_under_autocast
+    from ..frontends.user_code import user_code
+
+    with user_code(setup.spec, "copying the model (copy.deepcopy)"):
+        module = setup.loss_module(copy.deepcopy(setup.model))
+    args = tuple(setup.flat)
+    if regime.autocast:
+        graph = _capture_under_autocast(module, args, setup.spec, "cuda", regime.low)
+    else:
+        graph = _capture(module, args, setup.spec, regime.low)
+    for node in graph.nodes:  # the loss module's own prefix: scopes as the user's model names them
+        if node.scope and node.scope.startswith("model."):
+            node.scope = node.scope.removeprefix("model.")
+    resolver = DtypeResolver(graph, FORMATS[regime.low], [])
+    return collect_sites(graph, resolver, {})

@@ -1,0 +1,184 @@
+"""Training's sites: what the rules in rules/PA4xx-*.yaml judge, static (from the forward graph, the optimizer's
+configuration and the weights) and traced (from one step run twice, precaudit/train/step.py)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ..analysis.sites import Site
+from ..dtypes import FORMATS, Format, classify, round_to_format
+from ..ir import Node
+from .emulate import Event
+from .factory import TrainSetup
+from .regimes import Regime
+from .step import KEEP_FRACTION, StepResult
+
+__all__ = ["static_sites", "traced_sites", "TRAIN_FACTS"]
+
+from .facts import TRAIN_FACTS
+
+
+def _regime_facts(regime: Regime, fmt: Format) -> dict[str, Any]:
+    return {"regime": regime.name, "regime_summary": regime.summary, "low_dtype": FORMATS[regime.low].long_name,
+            **fmt.numbers()}
+
+
+def _node(name: str, op: str, scope: str | None = None) -> Node:
+    return Node(name=name, op_type=op, scope=scope)
+
+
+# ---- static ----------------------------------------------------------------------------------------------
+
+
+def static_sites(setup: TrainSetup, regime: Regime, forward_sites: list[Site]) -> list[Site]:
+    """The optimizer's eps, the updates too small to land, and each norm's and guard's backward bound."""
+    sites = []
+    states = FORMATS[regime.weights]
+    opt = setup.optimizer
+    first = opt.groups[0]
+    if "eps" in first:
+        eps = float(first["eps"])
+        sites.append(Site("train_optimizer", _node(f"{opt.kind}.eps", opt.kind), {
+            "optimizer": opt.label, "eps": eps, "eps_rounded": round_to_format(eps, states),
+            "eps_class": classify(eps, states), "states_dtype": states.long_name, "lr": float(first["lr"]),
+            **_regime_facts(regime, states)}))
+    if opt.kind in ("Adam", "AdamW") and regime.weights != "fp32":
+        sites.append(_update_bound(setup, regime, FORMATS[regime.weights]))
+    for site in forward_sites:
+        if site.kind == "norm" and site.facts.get("has_eps") and site.facts.get("eps_placement") == "inside_sqrt":
+            sites.append(_backward(site, regime, "train_norm_backward"))
+        elif site.kind == "guard" and not site.facts.get("in_norm_chain") and site.facts.get("reader_op") in ("Div", "Reciprocal", "Sqrt", "Log", "Pow"):
+            sites.append(_backward(site, regime, "train_guard_backward"))
+    return sites
+
+
+def _backward(site: Site, regime: Regime, kind: str) -> Site:
+    facts = site.facts
+    fmt = FORMATS[next(f.name for f in FORMATS.values() if f.long_name == facts["compute_dtype"])]
+    eps = facts["eps_rounded"]
+    reader = facts.get("reader_op", "Sqrt")
+    if kind == "train_norm_backward" or reader == "Sqrt":
+        bound, formula = (math.inf if eps <= 0 else 1 / (2 * math.sqrt(eps))), "d sqrt(v + eps)/dv at v = 0 = 1/(2 sqrt(eps))"
+    else:
+        bound, formula = (math.inf if eps <= 0 else 1 / eps), f"d {reader}/dx at the floor = 1/eps"
+    out = {"op": facts["op"], "eps": facts["eps"], "eps_rounded": eps, "eps_source": facts.get("eps_source", ""),
+           "backward_dtype": fmt.long_name, "backward_bound": bound, "bound_formula": formula,
+           **_regime_facts(regime, fmt)}
+    if kind == "train_norm_backward":
+        out |= {"norm": facts.get("norm", ""), "eps_placement": facts["eps_placement"]}
+    else:
+        out["reader_op"] = reader
+    return Site(kind, site.node, out, span=site.span)
+
+
+def _half_ulp(w: torch.Tensor, fmt: Format) -> torch.Tensor:
+    """Half the spacing of fmt at each |w| (normal numbers): an update below it rounds back to w."""
+    mant = {"fp16": 10, "bf16": 7}.get(fmt.name, 23)
+    e = torch.frexp(w.float().abs()).exponent  # |w| = m * 2**e, m in [0.5, 1): the ulp is 2**(e - 1 - mant)
+    return torch.where(w == 0, torch.tensor(fmt.smallest_subnormal / 2), torch.pow(2.0, (e - 2 - mant).float()))
+
+
+def _update_bound(setup: TrainSetup, regime: Regime, fmt: Format) -> Site:
+    opt = setup.optimizer
+    total = absorbed = 0
+    worst = ("", 0.0, 0.0, 0.0)
+    low = {"fp16": torch.float16, "bf16": torch.bfloat16}[fmt.name]
+    for name, p in setup.model.named_parameters():
+        if not p.requires_grad:
+            continue
+        lr = float(opt.hyper(name).get("lr", 0.0))
+        w = p.detach().to(low)
+        half = _half_ulp(w, fmt)
+        lost = int((lr < half).sum())  # Adam's step is about lr per element at first: |m / sqrt(v)| ~ 1
+        total += w.numel()
+        absorbed += lost
+        frac = lost / max(w.numel(), 1)
+        if frac > worst[1]:
+            median = float(w.float().abs().median())
+            worst = (name, frac, median, float(_half_ulp(torch.tensor([median]).to(low), fmt)[0]))
+    first = opt.groups[0]
+    return Site("train_update_bound", _node("optimizer step", opt.kind), {
+        "optimizer": opt.label, "lr": float(first["lr"]), "weights_dtype": fmt.long_name, "elements": total,
+        "absorbed_elements": absorbed, "absorbed_fraction": absorbed / max(total, 1), "worst_param": worst[0],
+        "worst_fraction": worst[1], "worst_absmedian": worst[2], "half_ulp_at_worst": worst[3],
+        **_regime_facts(regime, fmt)})
+
+
+# ---- traced ----------------------------------------------------------------------------------------------
+
+
+def traced_sites(result: StepResult, collapsed: tuple[Event | None, bool, int, Any] | None,
+                 inputs_from: str) -> list[Site]:
+    regime = result.regime
+    low = FORMATS[regime.low]
+    sites = []
+    for p in result.params:
+        node = _node(p.name, "parameter")
+        wfmt = FORMATS[{"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(p.weights_dtype, "fp32")]
+        sites.append(Site("train_grad", node, {
+            "param": p.name, "elements": p.elements, "ref_nonzero": p.ref_nonzero,
+            "underflow_unscaled": p.underflow_unscaled, "underflow_scaled": p.underflow_scaled,
+            "subnormal_scaled": p.subnormal_scaled, "loss_scale": result.scale, "cosine": p.cosine,
+            "rel_error": p.rel_error, "grad_dtype": low.long_name, "inputs_from": inputs_from,
+            **_regime_facts(regime, low)}))
+        if result.skipped_steps == result.steps:
+            continue  # the scaler skipped every step: nothing was applied to compare (PA452/PA453 say why)
+        sites.append(Site("train_update", node, {
+            "param": p.name, "elements": p.elements, "ref_changed": p.ref_changed, "absorbed": p.absorbed,
+            "absorbed_fraction": p.absorbed / p.ref_changed if p.ref_changed else 0.0, "lr": p.lr,
+            "weights_dtype": wfmt.long_name, "absmedian": p.absmedian, "steps": result.steps,
+            "inputs_from": inputs_from, **_regime_facts(regime, wfmt)}))
+    if regime.low == "fp16":
+        smallest, largest = result.window
+        init = result.scale
+        skipped = growth = 0
+        if largest is not None and init > largest:
+            skipped = int(round(math.log2(init / largest)))
+        if smallest is not None and init < smallest:
+            interval = regime.scaler.growth_interval if regime.scaler else 0
+            growth = int(round(math.log2(smallest / init))) * interval
+        sites.append(Site("train_loss_scale", _node("loss scale", "GradScaler" if regime.scaler else "loss"), {
+            "scale_init": init, "scale_min": smallest, "scale_max": largest,
+            "window_empty": smallest is not None and largest is not None and smallest > largest,
+            "skipped_steps": skipped, "growth_steps": growth, "backward_max": result.backward_low_max,
+            "keep_fraction": KEEP_FRACTION, "scaler": regime.scaler is not None, "inputs_from": inputs_from,
+            **_regime_facts(regime, low)}))
+    # an inf/NaN the kernels mask later (a norm's backward at a zero vector divides 0/0, then fills 0) is no
+    # finding: only a step whose loss, gradients or updated weights are non-finite names where it began
+    event = result.first_unscaled or result.first_step
+    if event is not None and not result.regime_finite:
+        sites.append(_event_site("train_first_nonfinite", event, result, result.module, {
+            "ref_finite": result.ref_finite, "loss_scale": 1.0 if event is result.first_unscaled else result.scale,
+            "inputs_from": inputs_from}))
+    if collapsed is not None and collapsed[0] is not None:  # collapsed_row reports only non-finite gradients
+        ev, ref_finite, modules, module = collapsed
+        sites.append(_event_site("train_collapsed_row", ev, result, module, {
+            "ref_finite": ref_finite, "ref_outcome": "finite" if ref_finite else "inf/NaN too",
+            "norm_modules": modules,
+            "inputs_from": "the factory's batch with row 0 of each norm module's input set to zeros"}))
+    return sites
+
+
+def _event_site(kind: str, event: Event, result: StepResult, module: Any, extra: dict[str, Any]) -> Site:
+    from ..frontends.aten_lowering import _source
+
+    fmt = FORMATS[{"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(event.dtype, "fp32")]
+    op = event.op.split(".")[1] if event.op.startswith("aten.") else event.op
+    node = _node("optimizer step" if event.phase == "optimizer step" else event.fx_node or event.op, op)
+    fx = next((n for n in module.graph.nodes if n.name == event.fx_node), None) if event.fx_node else None
+    forward_op = "-"  # the optimizer's ops belong to no forward op
+    if fx is not None:
+        _source(node, fx)
+        if node.scope and node.scope.startswith("model."):
+            node.scope = node.scope.removeprefix("model.")
+        elif node.scope == "model":
+            node.scope = None
+        forward_op = str(getattr(fx.target, "__name__", fx.target)).split(".")[0]
+    return Site(kind, node, {
+        "op": event.op, "phase": event.phase, "autograd_node": event.autograd_node or "-", "forward_op": forward_op,
+        "dtype": event.dtype, "nonfinite_fraction": event.fraction, **extra,
+        **_regime_facts(result.regime, fmt)} | ({"input_absmax": event.input_absmax}
+                                                 if kind == "train_first_nonfinite" else {}))
