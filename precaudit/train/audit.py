@@ -95,9 +95,9 @@ def _audit(spec: str, regime, options: TrainOptions, rules, made: Any) -> list[F
     from .sites import static_sites, traced_sites
 
     setup = setup_of(spec, made) if made is not None else load_setup(spec)
-    forward = _forward_sites(setup, regime)
+    forward = _forward_sites(setup, regime, {r.id: r.pattern for r in rules if r.pattern is not None})
     findings = apply_rules(rules, forward, spec)
-    findings += apply_rules(rules, static_sites(setup, regime, forward), spec)
+    findings += apply_rules(rules, static_sites(setup, regime, forward, options.lr), spec)
     if options.trace:
         from .step import collapsed_row, run_steps
 
@@ -109,7 +109,7 @@ def _audit(spec: str, regime, options: TrainOptions, rules, made: Any) -> list[F
     return drop_suppressed(findings)
 
 
-def _forward_sites(setup, regime) -> list:
+def _forward_sites(setup, regime, patterns: dict) -> list:
     """The forward graph's sites as the regime computes it: autocast(cuda) over float32, or model.to(low)."""
     from ..analysis.collect import collect_sites
     from ..analysis.compute_dtype import DtypeResolver
@@ -128,4 +128,4 @@ def _forward_sites(setup, regime) -> list:
         if node.scope and node.scope.startswith("model."):
             node.scope = node.scope.removeprefix("model.")
     resolver = DtypeResolver(graph, FORMATS[regime.low], [])
-    return collect_sites(graph, resolver, {})
+    return collect_sites(graph, resolver, patterns)

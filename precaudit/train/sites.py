@@ -33,7 +33,8 @@ def _node(name: str, op: str, scope: str | None = None) -> Node:
 # ---- static ----------------------------------------------------------------------------------------------
 
 
-def static_sites(setup: TrainSetup, regime: Regime, forward_sites: list[Site]) -> list[Site]:
+def static_sites(setup: TrainSetup, regime: Regime, forward_sites: list[Site], lr: float | None = None
+                 ) -> list[Site]:
     """The optimizer's eps, the updates too small to land, and each norm's and guard's backward bound."""
     sites = []
     states = FORMATS[regime.weights]
@@ -43,23 +44,28 @@ def static_sites(setup: TrainSetup, regime: Regime, forward_sites: list[Site]) -
         eps = float(first["eps"])
         sites.append(Site("train_optimizer", _node(f"{opt.kind}.eps", opt.kind), {
             "optimizer": opt.label, "eps": eps, "eps_rounded": round_to_format(eps, states),
-            "eps_class": classify(eps, states), "states_dtype": states.long_name, "lr": float(first["lr"]),
+            "eps_class": classify(eps, states), "states_dtype": states.long_name,
+            "lr": float(first["lr"]) if lr is None else lr,
             **_regime_facts(regime, states)}))
     if opt.kind in ("Adam", "AdamW") and regime.weights != "fp32":
-        sites.append(_update_bound(setup, regime, FORMATS[regime.weights]))
+        sites.append(_update_bound(setup, regime, FORMATS[regime.weights], lr))
     for site in forward_sites:
-        if site.kind == "norm" and site.facts.get("has_eps") and site.facts.get("eps_placement") == "inside_sqrt":
+        placement = site.facts.get("eps_placement")
+        if site.kind == "norm" and site.facts.get("has_eps") and placement == "inside_sqrt":
             sites.append(_backward(site, regime, "train_norm_backward"))
+        elif site.kind == "norm" and site.facts.get("has_eps") and placement == "guard":
+            # x / max(||x||, eps) (F.normalize): a floor on the divisor, whose backward is 1/eps at it
+            sites.append(_backward(site, regime, "train_guard_backward", reader="Div"))
         elif site.kind == "guard" and not site.facts.get("in_norm_chain") and site.facts.get("reader_op") in ("Div", "Reciprocal", "Sqrt", "Log", "Pow"):
             sites.append(_backward(site, regime, "train_guard_backward"))
     return sites
 
 
-def _backward(site: Site, regime: Regime, kind: str) -> Site:
+def _backward(site: Site, regime: Regime, kind: str, reader: str | None = None) -> Site:
     facts = site.facts
     fmt = FORMATS[next(f.name for f in FORMATS.values() if f.long_name == facts["compute_dtype"])]
     eps = facts["eps_rounded"]
-    reader = facts.get("reader_op", "Sqrt")
+    reader = reader or facts.get("reader_op", "Sqrt")
     if kind == "train_norm_backward" or reader == "Sqrt":
         bound, formula = (math.inf if eps <= 0 else 1 / (2 * math.sqrt(eps))), "d sqrt(v + eps)/dv at v = 0 = 1/(2 sqrt(eps))"
     else:
@@ -81,7 +87,7 @@ def _half_ulp(w: torch.Tensor, fmt: Format) -> torch.Tensor:
     return torch.where(w == 0, torch.tensor(fmt.smallest_subnormal / 2), torch.pow(2.0, (e - 2 - mant).float()))
 
 
-def _update_bound(setup: TrainSetup, regime: Regime, fmt: Format) -> Site:
+def _update_bound(setup: TrainSetup, regime: Regime, fmt: Format, lr_given: float | None) -> Site:
     opt = setup.optimizer
     total = absorbed = 0
     worst = ("", 0.0, 0.0, 0.0)
@@ -89,10 +95,12 @@ def _update_bound(setup: TrainSetup, regime: Regime, fmt: Format) -> Site:
     for name, p in setup.model.named_parameters():
         if not p.requires_grad:
             continue
-        lr = float(opt.hyper(name).get("lr", 0.0))
+        lr = float(opt.hyper(name).get("lr", 0.0)) if lr_given is None else lr_given
         w = p.detach().to(low)
-        half = _half_ulp(w, fmt)
-        lost = int((lr < half).sum())  # Adam's step is about lr per element at first: |m / sqrt(v)| ~ 1
+        wide = w.float()
+        # Adam's first steps move each element by about lr (|m / sqrt(v)| ~ 1), either way: lost when w + lr and
+        # w - lr both round back to w in the weights' dtype (exactly as the step's add rounds)
+        lost = int(((wide + lr).to(low) == w).logical_and((wide - lr).to(low) == w).sum())
         total += w.numel()
         absorbed += lost
         frac = lost / max(w.numel(), 1)
@@ -101,7 +109,8 @@ def _update_bound(setup: TrainSetup, regime: Regime, fmt: Format) -> Site:
             worst = (name, frac, median, float(_half_ulp(torch.tensor([median]).to(low), fmt)[0]))
     first = opt.groups[0]
     return Site("train_update_bound", _node("optimizer step", opt.kind), {
-        "optimizer": opt.label, "lr": float(first["lr"]), "weights_dtype": fmt.long_name, "elements": total,
+        "optimizer": opt.label, "lr": float(first["lr"]) if lr_given is None else lr_given,
+        "weights_dtype": fmt.long_name, "elements": total,
         "absorbed_elements": absorbed, "absorbed_fraction": absorbed / max(total, 1), "worst_param": worst[0],
         "worst_fraction": worst[1], "worst_absmedian": worst[2], "half_ulp_at_worst": worst[3],
         **_regime_facts(regime, fmt)})
