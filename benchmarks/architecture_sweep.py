@@ -15,7 +15,7 @@ precaudit command line, also in its own process:
 It prints a line per export: the rule ids and counts per mode, any error, and a traceback as FAILED. With
 --dynamic, text models are exported with (input_ids, attention_mask) and dynamic batch and sequence instead. The
 exports go in a temporary folder (or --keep DIR). Needs torch, transformers, onnxscript and onnxruntime; the
-session that added it ran 47 architectures (README, "Validation on real exports").
+session that added it ran 47 architectures (docs/analysis.md, "Validation on real exports").
 
     python benchmarks/architecture_sweep.py [--only LlamaModel,T5EncoderModel] [--dynamic] [--converters]
                                             [--keep-list] [--jobs 2] [--keep DIR]

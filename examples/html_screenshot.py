@@ -2,7 +2,7 @@
 
 The model is a transformers BERT (or T5 encoder) from a small config with random weights, called with a padded
 attention mask and exported by the TorchScript ONNX exporter: by default in float32 at opset 14, where every
-LayerNorm is written out, and audited as the float16 model a converter would make of it (the README's
+LayerNorm is written out, and audited as the float16 model a converter would make of it (docs/reports.md's
 screenshot); --export-dtype fp16 exports model.half() instead (a T5's RMSNorms then upcast: float32 islands).
 The page is opened in headless Chromium, as a person opens the report, and saved as a PNG. Debian's `chromium`
 package is installed with apt-get when no chromium is found (needs root). Needs torch and transformers.

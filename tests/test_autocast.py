@@ -53,7 +53,7 @@ def rule_ids(results: list[dict]) -> tuple[str, ...]:
 @pytest.mark.parametrize("device", ["cuda", "cpu"])
 def test_torch_registers_the_tabled_autocast_lists(device):
     """Fails when torch's autocast lists change (a torch upgrade): update POLICY, the fixtures' expectations and
-    the README after reading the new aten/src/ATen/autocast_mode.cpp."""
+    docs/pytorch.md after reading the new aten/src/ATen/autocast_mode.cpp."""
     tabled = {f"aten::{op}" for ops in POLICY[device].values() for op in ops}
     live = registered_ops(device)
     assert live - tabled == set(), f"new in torch {torch.__version__} (tabled: {POLICY_TORCH})"

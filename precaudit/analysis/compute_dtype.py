@@ -1,6 +1,6 @@
 """Which dtype a value is held in, and a node computes in, when the model runs at the target dtype — and why.
 
-What a float32 island is (the rules `DtypeResolver` applies; README "Which dtype applies" gives the converter
+What a float32 island is (the rules `DtypeResolver` applies; docs/dtypes.md gives the converter
 code they rest on):
 
 - An island starts at a ``Cast`` that really widens an activation: its input is a float tensor stored in a

@@ -3,7 +3,7 @@ a converter's block list leaves a blocked node (Cast up at its inputs, Cast back
 written as float32 initializers.
 
 Only where the model stores the chain in the narrow type. In a float32 model a Cast to float32 is a no-op that every
-converter rewrites, retypes or removes (README, "Which dtype applies"): there the fix is the converter's block list
+converter rewrites, retypes or removes (docs/dtypes.md): there the fix is the converter's block list
 (precaudit keep-list) and, for the eps, a raise; eps.py says so.
 """
 
