@@ -75,10 +75,15 @@ class Recorder:
         if any(not bool(torch.isfinite(t).all()) for t in ins):
             return  # it only carries an inf/NaN made before it
         t = bad[0]
-        fx = node.metadata.get(_TAG) if node is not None else self.current_fx
+        # the node's metadata dict (typed as a method in torch's stubs)
+        fx = _metadata(node).get(_TAG) if node is not None else self.current_fx
         self.first = Event(str(func), phase, node.name() if node is not None else None, fx,
                            str(t.dtype).replace("torch.", ""), float((~torch.isfinite(t)).float().mean()),
                            max((float(i.detach().abs().max()) for i in ins), default=0.0))
+
+
+def _metadata(node: Any) -> dict:
+    return node.metadata
 
 
 class RoundingMode(TorchDispatchMode):

@@ -162,8 +162,9 @@ def traced_sites(result: StepResult, collapsed: tuple[Event | None, bool, int, A
         sites.append(_event_site("train_first_nonfinite", event, result, result.module, {
             "ref_finite": result.ref_finite, "loss_scale": 1.0 if event is result.first_unscaled else result.scale,
             "inputs_from": inputs_from}))
-    if collapsed is not None and collapsed[0] is not None:  # collapsed_row reports only non-finite gradients
-        ev, ref_finite, modules, module = collapsed
+    ev = collapsed[0] if collapsed is not None else None
+    if collapsed is not None and ev is not None:  # collapsed_row reports only non-finite gradients
+        _, ref_finite, modules, module = collapsed
         sites.append(_event_site("train_collapsed_row", ev, result, module, {
             "ref_finite": ref_finite, "ref_outcome": "finite" if ref_finite else "inf/NaN too",
             "norm_modules": modules,
