@@ -13,11 +13,11 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "audit", "keep_list", "fix", "Report", "InputError"]
+__all__ = ["__version__", "audit", "keep_list", "fix", "train_audit", "Report", "InputError"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("audit", "keep_list", "fix", "Report"):
+    if name in ("audit", "keep_list", "fix", "train_audit", "Report"):
         from . import api
         return getattr(api, name)
     if name == "InputError":

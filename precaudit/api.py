@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from .keeplist import KeepList
     from .report.outcome import Outcome
 
-__all__ = ["audit", "keep_list", "fix", "Report", "InputError"]
+__all__ = ["audit", "keep_list", "fix", "train_audit", "Report", "InputError"]
 
 
 @dataclass
@@ -255,3 +255,21 @@ def _rename(outcome: Outcome, shown: dict[str, str]) -> None:
     for error in result.errors:
         if error.file in shown:
             error.file = shown[error.file]
+
+
+def train_audit(model: Any, inputs: Any = None, loss_fn: Any = None, optimizer: Any = None, *,
+                regime: str = "amp-fp16", trace: bool = False, steps: int = 1, seed: int = 0,
+                loss_scale: float | None = None, lr: float | None = None, select: Sequence[str] | None = None,
+                ignore: Sequence[str] | None = None, rules: Sequence[str] = (), fail_on: str = "error",
+                baseline: str | None = None) -> Report:
+    """`precaudit train`: a factory spec ("model.py:make"), or the model with its inputs (and loss_fn, optimizer)
+    as objects. Returns a Report; a model that cannot be audited is in Report.errors (exit code 2)."""
+    from .train.audit import TrainOptions, run_train_audit
+
+    options = TrainOptions(regime=regime, trace=trace, steps=steps, seed=seed, loss_scale=loss_scale, lr=lr,
+                           select=list(select or ()), ignore=list(ignore or ()), rules=list(rules),
+                           fail_on=fail_on, baseline=baseline)
+    if isinstance(model, (str, os.PathLike)):
+        return Report(run_train_audit(os.fspath(model), options))
+    made = (model, inputs, loss_fn, optimizer)
+    return Report(run_train_audit(f"<{type(model).__name__} object>", options, made=made))

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ..dtypes import FORMATS
+from ..errors import InputError
 from ..frontends.user_code import user_code
 from .capture import capture
 from .emulate import Event, Recorder, RoundingMode, run_loss
@@ -89,12 +90,14 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
         torch.manual_seed(seed + step)
         with user_code(setup.spec, "the float32 reference step"):
             loss = run_loss(ref.module, ref.flat, Recorder())
+            if not loss.requires_grad:
+                raise InputError(setup.spec, "the loss does not depend on any parameter: no gradient reaches the "
+                                             "model's weights")
             loss.backward()
         if step == 0:
             result.loss_ref = float(loss.detach())
             ref_grads = {n: None if p.grad is None else p.grad.detach().clone() for n, p in ref_named}
             if all(g is None for g in ref_grads.values()):
-                from ..errors import InputError
                 raise InputError(setup.spec, "the loss does not depend on any parameter: no gradient reaches the "
                                              "model's weights")
             result.ref_finite = math.isfinite(result.loss_ref) and all(

@@ -1,0 +1,111 @@
+"""precaudit train beyond the fixtures: the Python API, bad input as one line and exit 2, the arithmetic the rules
+state, and the emulation against a real bfloat16 CPU run."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import precaudit  # noqa: E402
+from fixtures.train_models import adam_eps_1e_8, adamw_lr_1e_5, spec  # noqa: E402
+from precaudit.cli import main  # noqa: E402
+
+
+def test_api_takes_objects_and_finds_what_the_command_finds():
+    model, x, loss_fn, optimizer = adam_eps_1e_8()
+    report = precaudit.train_audit(model, x, loss_fn, optimizer, regime="fp16", trace=True, select=["PA401", "PA454"])
+    assert report.errors == []
+    assert sorted((f.rule_id, f.node_name) for f in report.findings) == [("PA401", "Adam.eps"),
+                                                                         ("PA454", "optimizer step")]
+    assert report.exit_code == 1
+    # the user's model and optimizer were not stepped
+    fresh, *_ = adam_eps_1e_8()
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters()))
+
+
+def _one_line_error(capsys, *args: str) -> str:
+    code = main(["train", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and "Traceback" not in err[0]
+    return err[0]
+
+
+def test_output_that_is_no_scalar_loss(tmp_path, capsys):
+    src = tmp_path / "m.py"
+    src.write_text("import torch\ndef make():\n    return torch.nn.Linear(4, 3), torch.randn(2, 4)\n")
+    line = _one_line_error(capsys, f"{src}:make")
+    assert "the model's output is a (2, 3) float32 tensor, not a scalar float loss" in line
+
+
+def test_loss_that_depends_on_no_parameter(tmp_path, capsys):
+    src = tmp_path / "m.py"
+    src.write_text("import torch\ndef make():\n    m = torch.nn.Linear(4, 3)\n"
+                   "    return m, torch.randn(2, 4), lambda out: (out.detach() ** 2).sum()\n")
+    line = _one_line_error(capsys, f"{src}:make", "--trace")
+    assert "the loss does not depend on any parameter" in line
+
+
+def test_optimizer_it_does_not_model(tmp_path, capsys):
+    src = tmp_path / "m.py"
+    src.write_text("import torch\ndef make():\n    m = torch.nn.Linear(4, 1)\n"
+                   "    return m, torch.randn(2, 4), lambda out: out.sum(), torch.optim.RMSprop(m.parameters())\n")
+    line = _one_line_error(capsys, f"{src}:make")
+    assert "the optimizer RMSprop is not one the audit models; it models torch.optim's SGD, Adam, AdamW" in line
+
+
+def test_unknown_regime(capsys):
+    line = _one_line_error(capsys, spec("adam_eps_1e_8"), "--regime", "fp8")
+    assert "unknown regime 'fp8'; choose from amp-fp16, amp-bf16, bf16, fp16" in line
+
+
+def test_pa402_counts_exactly_the_updates_that_round_back():
+    """Independently of the audit: w ± lr both rounding back to w in bfloat16 (ml_dtypes, from float64)."""
+    model, *_ = adamw_lr_1e_5()
+    expected = 0
+    for p in model.parameters():
+        w = p.detach().numpy().astype(ml_dtypes.bfloat16)
+        wide = w.astype(np.float64)
+        expected += int(((((wide + 1e-5).astype(ml_dtypes.bfloat16)) == w)
+                         & (((wide - 1e-5).astype(ml_dtypes.bfloat16)) == w)).sum())
+    report = precaudit.train_audit(spec("adamw_lr_1e_5"), regime="bf16", select=["PA402"])
+    (finding,) = report.findings
+    assert finding.values["absorbed_elements"] == expected == 3876
+
+
+def test_rule_examples_arithmetic():
+    f16 = np.float16
+    assert f16(1e-8) == 0  # PA401
+    assert f16(1e-3 * 1e-3 * 1e-3) == 0  # PA401: (1 - 0.999) * g**2 for g = 1e-3
+    assert 1 / (2 * math.sqrt(1e-12)) == pytest.approx(5e5)  # PA403
+    assert 1 / (2 * math.sqrt(float(f16(1e-5)))) == pytest.approx(158, abs=0.5)
+    bf = ml_dtypes.bfloat16
+    assert float(np.array(0.02, dtype=bf)) + 1e-5 == pytest.approx(0.02, abs=1e-4)
+    assert np.array(np.array(0.02, dtype=bf).astype(np.float64) + 1e-5).astype(bf) == np.array(0.02, dtype=bf)  # PA402
+    assert 2.0 ** -6 * 2.0 ** -7 / 2 == pytest.approx(6.1e-5, rel=1e-3)
+
+
+def test_emulated_bf16_agrees_with_a_real_bf16_cpu_step():
+    """Ground truth: model.to(bfloat16) stepped with PyTorch's own CPU kernels leaves the same weights unchanged
+    (to within a few elements where the two roundings of a sum differ) as the emulation says."""
+    from precaudit.train.factory import setup_of
+    from precaudit.train.regimes import REGIMES
+    from precaudit.train.step import run_steps
+
+    model, x, loss_fn, optimizer = adamw_lr_1e_5()
+    result = run_steps(setup_of("adamw", (model, x, loss_fn, optimizer)), REGIMES["bf16"])
+    real = adamw_lr_1e_5()[0].to(torch.bfloat16)
+    before = [p.detach().clone() for p in real.parameters()]
+    opt = torch.optim.AdamW(real.parameters(), lr=1e-5, weight_decay=0.0, foreach=False)
+    loss_fn(real(x.to(torch.bfloat16))).backward()
+    opt.step()
+    real_absorbed = [int((p.detach() == b).sum()) for p, b in zip(real.parameters(), before)]
+    emulated = [s.absorbed for s in result.params]
+    assert [s.name for s in result.params] == [n for n, _ in real.named_parameters()]
+    for got, want in zip(emulated, real_absorbed):
+        assert abs(got - want) <= max(2, want // 100), (emulated, real_absorbed)
