@@ -228,7 +228,8 @@ def test_every_fixture_case_renders(tmp_path):
         folder.mkdir()
         model = case.build(folder)
         out = folder / "report.html"
-        code = main([str(model), "--dtype", case.dtype, *case.args, "--format", "html", "-o", str(out)])
+        head = ["train", str(model)] if case.command == "train" else [str(model), "--dtype", case.dtype]
+        code = main([*head, *case.args, "--format", "html", "-o", str(out)])
         assert code in (0, 1), (module, case.name)
         page = out.read_text(encoding="utf-8")
         root = parse(page)
