@@ -53,20 +53,13 @@ def app() -> "typer.Typer":
         select: Select = [], ignore: Ignore = [],
         preview: Annotated[Optional[bool], typer.Option("--preview/--no-preview",
                                                         help="Also run preview rules.")] = None,
-        output_format: Annotated[Optional[str], typer.Option("--format", "-f", callback=formats, metavar="FORMAT",
-                                                             help=f"Report format: {', '.join(OUTPUT_FORMATS)} "
-                                                                  "(default text).")] = None,
+        output_format: ReportFormat = None,
         no_group: Annotated[bool, typer.Option("--no-group", help="Text: one block per finding.")] = False,
-        output: Annotated[Optional[Path], typer.Option("--output", "-o", metavar="FILE",
-                                                       help="Write the report to this file.")] = None,
-        fail_on: Annotated[Optional[str], typer.Option("--fail-on", callback=fail_on_choice,
-                                                       metavar="|".join(FAIL_ON),
-                                                       help="Exit 1 at this severity or worse (default "
-                                                            "error).")] = None,
+        output: ReportFile = None,
+        fail_on: FailOn = None,
         exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even with findings.")] = False,
         statistics: Annotated[bool, typer.Option("--statistics", help="A count per rule.")] = False,
-        baseline: Annotated[Optional[str], typer.Option("--baseline", metavar="FILE",
-                                                        help="Report only findings not in this baseline.")] = None,
+        baseline: Baseline = None,
         write_baseline: Annotated[Optional[str], typer.Option("--write-baseline", metavar="FILE",
                                                               help="Accept today's findings: write them to FILE "
                                                                    "and exit 0.")] = None,
@@ -80,7 +73,7 @@ def app() -> "typer.Typer":
         timeout: Timeout = 1800.0,
         trace_engine: Engine = "auto", input_shape: InputShape = [], input_dtype: InputDtype = "fp32",
         trust_pickle: TrustPickle = False,
-        no_color: Annotated[bool, typer.Option("--no-color", help="Plain text even on a terminal.")] = False,
+        no_color: NoColor = False,
         jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, metavar="N",
                                                     help="Models audited at a time (default: the cores).")] = None,
         debug: Debug = False,
@@ -182,18 +175,11 @@ def app() -> "typer.Typer":
                                                     help="Every parameter group's learning rate, instead of the "
                                                          "optimizer's.")] = None,
         seed: Seed = 0, rules: Rules = [], select: Select = [], ignore: Ignore = [],
-        output_format: Annotated[Optional[str], typer.Option("--format", "-f", callback=formats, metavar="FORMAT",
-                                                             help=f"Report format: {', '.join(OUTPUT_FORMATS)} "
-                                                                  "(default text).")] = None,
-        output: Annotated[Optional[Path], typer.Option("--output", "-o", metavar="FILE",
-                                                       help="Write the report to this file.")] = None,
-        fail_on: Annotated[Optional[str], typer.Option("--fail-on", callback=fail_on_choice,
-                                                       metavar="|".join(FAIL_ON),
-                                                       help="Exit 1 at this severity or worse (default "
-                                                            "error).")] = None,
-        baseline: Annotated[Optional[str], typer.Option("--baseline", metavar="FILE",
-                                                        help="Report only findings not in this baseline.")] = None,
-        no_color: Annotated[bool, typer.Option("--no-color", help="Plain text even on a terminal.")] = False,
+        output_format: ReportFormat = None,
+        output: ReportFile = None,
+        fail_on: FailOn = None,
+        baseline: Baseline = None,
+        no_color: NoColor = False,
         debug: Debug = False,
     ) -> None:
         raise typer.Exit(cli.train(**_given(locals())))
@@ -255,6 +241,17 @@ TrustPickle = Annotated[bool, typer.Option("--trust-pickle",
                                            help="PyTorch: allow unpickling a whole module (runs code from the "
                                                 "file).")]
 Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")]
+# the report options check and train share
+ReportFormat = Annotated[Optional[str], typer.Option("--format", "-f", callback=formats, metavar="FORMAT",
+                                                     help=f"Report format: {', '.join(OUTPUT_FORMATS)} (default "
+                                                          "text).")]
+ReportFile = Annotated[Optional[Path], typer.Option("--output", "-o", metavar="FILE",
+                                                    help="Write the report to this file.")]
+FailOn = Annotated[Optional[str], typer.Option("--fail-on", callback=fail_on_choice, metavar="|".join(FAIL_ON),
+                                               help="Exit 1 at this severity or worse (default error).")]
+Baseline = Annotated[Optional[str], typer.Option("--baseline", metavar="FILE",
+                                                 help="Report only findings not in this baseline.")]
+NoColor = Annotated[bool, typer.Option("--no-color", help="Plain text even on a terminal.")]
 ListFormat = Annotated[str, typer.Option("--format", "-f", callback=list_formats, metavar="text|json",
                                          help="text or json.")]
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from .report.outcome import Outcome
     from .rules.loader import Rule
 
-__all__ = ["run_audit", "target_of", "EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_ERROR"]
+__all__ = ["run_audit", "target_of", "exit_code_of", "EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_ERROR"]
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -37,7 +37,6 @@ def run_audit(models: list[str], settings: Settings, write_to: str | None, exit_
     dims (--dim) sizes symbolic dims for the static pass; traced mode's own are in trace_options."""
     from .result import AuditResult
     from .baseline import apply_baseline, write_baseline
-    from .finding import severity_rank
     from .parallel import audit_in_parallel
     from .report.locations import repo_root
     from .report.outcome import Outcome
@@ -60,10 +59,8 @@ def run_audit(models: list[str], settings: Settings, write_to: str | None, exit_
     match = apply_baseline(settings.baseline, kept, result.models) if settings.baseline else None
     counted = match.new if match else kept
 
-    threshold = severity_rank(settings.fail_on) if settings.fail_on != "never" else 99
-    failing = any(severity_rank(f.severity) >= threshold for f in counted)
     accepted = exit_zero or write_to is not None  # a written baseline accepts what it holds
-    code = EXIT_ERROR if result.errors else EXIT_FINDINGS if failing and not accepted else EXIT_CLEAN
+    code = exit_code_of(counted, bool(result.errors), settings.fail_on, accepted)
     report_settings = {"dtype": target.name, "fail_on": settings.fail_on, "keep_fp32": settings.keep_fp32,
                        "rules": settings.rules, "format": settings.format, "select": settings.select,
                        "ignore": settings.ignore, "preview": settings.preview, "baseline": settings.baseline,
@@ -75,6 +72,15 @@ def run_audit(models: list[str], settings: Settings, write_to: str | None, exit_
                    settings=report_settings,
                    exit_code=code, rules=rule_set, root=repo_root(), ignored=len(result.findings) - len(kept),
                    baseline=match, written_to_baseline=len(kept) if write_to is not None else 0)
+
+
+def exit_code_of(counted: list, errors: bool, fail_on: str, accepted: bool = False) -> int:
+    """2 when a model could not be audited; 1 when a finding counted is at fail_on or worse (and not accepted)."""
+    from .finding import severity_rank
+
+    threshold = severity_rank(fail_on) if fail_on != "never" else 99
+    failing = any(severity_rank(f.severity) >= threshold for f in counted)
+    return EXIT_ERROR if errors else EXIT_FINDINGS if failing and not accepted else EXIT_CLEAN
 
 
 def check_all_selectors(settings: Settings, rules: list[Rule]) -> None:

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError
-from ..finding import Finding, severity_rank
-from ..pipeline import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS
+from ..finding import Finding
+from ..pipeline import exit_code_of
 from ..result import AuditResult
 from .regimes import regime_named
 
@@ -74,9 +74,7 @@ def run_train_audit(spec: str, options: TrainOptions, made: Any = None, debug: b
         match = apply_baseline(options.baseline, counted, result.models)
         counted = match.new
         result.findings = counted
-    threshold = severity_rank(options.fail_on) if options.fail_on != "never" else 99
-    failing = any(severity_rank(f.severity) >= threshold for f in counted)
-    code = EXIT_ERROR if result.errors else EXIT_FINDINGS if failing else EXIT_CLEAN
+    code = exit_code_of(counted, bool(result.errors), options.fail_on)
     settings = {"dtype": regime.low, "regime": regime.name, "regime_summary": regime.summary,
                 "fail_on": options.fail_on, "trace": options.trace, "steps": options.steps,
                 "select": options.select, "ignore": options.ignore, "rules": options.rules,

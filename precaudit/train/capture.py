@@ -16,13 +16,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..frontends.torch_graph import _CAPTURE_IN as LOW  # the low dtypes, by format name
 from ..frontends.user_code import user_code
 from .factory import TrainSetup
 from .regimes import Regime
 
-__all__ = ["Captured", "capture"]
+__all__ = ["Captured", "capture", "LOW"]
 
-LOW = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 _FAILED = ("torch.export could not capture the loss ({}); data-dependent control flow in forward() or the loss_fn "
            "is the usual cause")

@@ -11,6 +11,7 @@ import torch
 from ..analysis.sites import Site
 from ..dtypes import FORMATS, Format, classify, round_to_format
 from ..ir import Node
+from .capture import LOW
 from .emulate import Event
 from .factory import TrainSetup
 from .regimes import Regime
@@ -24,6 +25,12 @@ from .facts import TRAIN_FACTS
 def _regime_facts(regime: Regime, fmt: Format) -> dict[str, Any]:
     return {"regime": regime.name, "regime_summary": regime.summary, "low_dtype": FORMATS[regime.low].long_name,
             **fmt.numbers()}
+
+
+def _format_of(long_name: str) -> Format:
+    """The format a dtype's long name ('float16', 'bfloat16') names (float32 for any other): facts and torch
+    dtypes say long names."""
+    return next((f for f in FORMATS.values() if f.long_name == long_name), FORMATS["fp32"])
 
 
 def _node(name: str, op: str, scope: str | None = None) -> Node:
@@ -63,7 +70,7 @@ def static_sites(setup: TrainSetup, regime: Regime, forward_sites: list[Site], l
 
 def _backward(site: Site, regime: Regime, kind: str, reader: str | None = None) -> Site:
     facts = site.facts
-    fmt = FORMATS[next(f.name for f in FORMATS.values() if f.long_name == facts["compute_dtype"])]
+    fmt = _format_of(facts["compute_dtype"])
     eps = facts["eps_rounded"]
     reader = reader or facts.get("reader_op", "Sqrt")
     if kind == "train_norm_backward" or reader == "Sqrt":
@@ -91,7 +98,7 @@ def _update_bound(setup: TrainSetup, regime: Regime, fmt: Format, lr_given: floa
     opt = setup.optimizer
     total = absorbed = 0
     worst = ("", 0.0, 0.0, 0.0)
-    low = {"fp16": torch.float16, "bf16": torch.bfloat16}[fmt.name]
+    low = LOW[fmt.name]
     for name, p in setup.model.named_parameters():
         if not p.requires_grad:
             continue
@@ -126,7 +133,7 @@ def traced_sites(result: StepResult, collapsed: tuple[Event | None, bool, int, A
     sites = []
     for p in result.params:
         node = _node(p.name, "parameter")
-        wfmt = FORMATS[{"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(p.weights_dtype, "fp32")]
+        wfmt = _format_of(p.weights_dtype)
         sites.append(Site("train_grad", node, {
             "param": p.name, "elements": p.elements, "ref_nonzero": p.ref_nonzero,
             "underflow_unscaled": p.underflow_unscaled, "underflow_scaled": p.underflow_scaled,
@@ -161,7 +168,7 @@ def traced_sites(result: StepResult, collapsed: tuple[Event | None, bool, int, A
     if event is not None and not result.regime_finite:
         sites.append(_event_site("train_first_nonfinite", event, result, result.module, {
             "ref_finite": result.ref_finite, "loss_scale": 1.0 if event is result.first_unscaled else result.scale,
-            "inputs_from": inputs_from}))
+            "input_absmax": event.input_absmax, "inputs_from": inputs_from}))
     ev = collapsed[0] if collapsed is not None else None
     if collapsed is not None and ev is not None:  # collapsed_row reports only non-finite gradients
         _, ref_finite, modules, module = collapsed
@@ -175,7 +182,7 @@ def traced_sites(result: StepResult, collapsed: tuple[Event | None, bool, int, A
 def _event_site(kind: str, event: Event, result: StepResult, module: Any, extra: dict[str, Any]) -> Site:
     from ..frontends.aten_lowering import _source
 
-    fmt = FORMATS[{"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(event.dtype, "fp32")]
+    fmt = _format_of(event.dtype)
     op = event.op.split(".")[1] if event.op.startswith("aten.") else event.op
     node = _node("optimizer step" if event.phase == "optimizer step" else event.fx_node or event.op, op)
     fx = next((n for n in module.graph.nodes if n.name == event.fx_node), None) if event.fx_node else None
@@ -189,6 +196,4 @@ def _event_site(kind: str, event: Event, result: StepResult, module: Any, extra:
         forward_op = str(getattr(fx.target, "__name__", fx.target)).split(".")[0]
     return Site(kind, node, {
         "op": event.op, "phase": event.phase, "autograd_node": event.autograd_node or "-", "forward_op": forward_op,
-        "dtype": event.dtype, "nonfinite_fraction": event.fraction, **extra,
-        **_regime_facts(result.regime, fmt)} | ({"input_absmax": event.input_absmax}
-                                                 if kind == "train_first_nonfinite" else {}))
+        "dtype": event.dtype, "nonfinite_fraction": event.fraction, **extra, **_regime_facts(result.regime, fmt)})
