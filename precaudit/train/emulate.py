@@ -15,6 +15,7 @@ in a low-precision dtype (the top of the loss-scale window).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,23 +57,26 @@ class Recorder:
         self.ops += 1
         node = torch._C._current_autograd_node()
         phase = "backward" if node is not None else self.phase
-        outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()
+                and t.numel()]
         # gradients only: a view in the backward (the transpose of a saved weight) carries forward values
-        if phase == "backward" and self.watch_backward_max and not func.is_view:
-            for t in outs:
-                if t.dtype in LOW_DTYPES and t.numel():
-                    m = float(t.detach().abs().max())
-                    if m == m and m > self.backward_low_max:  # NaN compares False
-                        self.backward_low_max = m
-        if self.first is not None or not outs:
+        watch = phase == "backward" and self.watch_backward_max and not func.is_view
+        if self.first is not None and not watch or not outs:
             return
-        bad = [t for t in outs if t.numel() and not bool(torch.isfinite(t).all())]
-        if not bad:
+        bad = []
+        for t in outs:
+            finite, absmax = _finite_absmax(t)
+            if not finite:
+                bad.append(t)
+            # an inf counts (no scale keeps that backward finite); a NaN compares False and does not
+            if watch and t.dtype in LOW_DTYPES and absmax > self.backward_low_max:
+                self.backward_low_max = absmax
+        if self.first is not None or not bad:
             return
         # an in-place op's own tensor is an input already overwritten: judge the inputs it read, not that one
         ins = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and t.is_floating_point()
                and t.numel() and not any(t is o for o in outs)]
-        if any(not bool(torch.isfinite(t).all()) for t in ins):
+        if any(not _finite_absmax(t)[0] for t in ins):
             return  # it only carries an inf/NaN made before it
         t = bad[0]
         # the node's metadata dict (typed as a method in torch's stubs)
@@ -80,6 +84,19 @@ class Recorder:
         self.first = Event(str(func), phase, node.name() if node is not None else None, fx,
                            str(t.dtype).replace("torch.", ""), float((~torch.isfinite(t)).float().mean()),
                            max((float(i.detach().abs().max()) for i in ins), default=0.0))
+
+
+def _finite_absmax(t: torch.Tensor) -> tuple[bool, float]:
+    """Whether every element is finite, and the largest |element| (inf with an inf, NaN with a NaN): one pass
+    (aminmax), where isfinite(t).all() would write a mask as large as t first. A NaN makes both ends NaN."""
+    try:
+        low, high = torch.aminmax(t.detach())
+    except RuntimeError:  # a dtype with no aminmax kernel (float8): the same answer through float32
+        low, high = torch.aminmax(t.detach().float())
+    lo, hi = float(low), float(high)
+    if lo != lo:
+        return False, math.nan
+    return math.isfinite(lo) and math.isfinite(hi), max(-lo, hi)
 
 
 def _metadata(node: Any) -> dict:

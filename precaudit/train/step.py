@@ -28,6 +28,7 @@ from .regimes import Regime
 __all__ = ["ParamStats", "StepResult", "run_steps", "KEEP_FRACTION"]
 
 KEEP_FRACTION = 0.999  # the loss-scale window's bottom keeps this share of the reference's nonzero gradients
+_EXP_OFFSET = 160  # above -(the smallest float32 exponent frexp gives, -148)
 
 
 @dataclass
@@ -182,10 +183,11 @@ def _param_stats(name, ref_p, ref_before, g_ref, reg_p, reg_before, g1, gs, scal
             rel = float((b - a).norm()) / na
     changed = ref_p.detach() != ref_before
     still = reg_p.detach() == reg_before
-    weights = ref_before.abs().flatten()
+    absorbed = int((changed & still).sum())
+    # the median |weight| is for PA456's message only, and a median sorts: taken where there is something absorbed
+    median = float(ref_before.abs().flatten().median()) if absorbed else 0.0
     return ParamStats(name, elements, str(reg_p.dtype).replace("torch.", ""), n_nz, under1, unders, sub, cosine,
-                      rel, int(changed.sum()), int((changed & still).sum()), float(lr),
-                      float(weights.median()) if weights.numel() else 0.0)
+                      rel, int(changed.sum()), absorbed, float(lr), median)
 
 
 def _window(ref_grads: dict[str, torch.Tensor | None], backward_max: float, low) -> tuple[float | None, float | None]:
@@ -203,10 +205,11 @@ def _window(ref_grads: dict[str, torch.Tensor | None], backward_max: float, low)
         nonzero = g[g != 0]
         if not nonzero.numel():
             continue
-        exps = torch.frexp(nonzero.float()).exponent.flatten()
-        values, n = torch.unique(exps, return_counts=True)
-        for v, c in zip(values.tolist(), n.tolist()):
-            counts[v] = counts.get(v, 0) + c
+        # float32 exponents lie in [-148, 128]: counted by bincount over an offset (no sort, as unique would)
+        exps = torch.frexp(nonzero.float()).exponent.flatten().long() + _EXP_OFFSET
+        for v, c in enumerate(torch.bincount(exps).tolist()):
+            if c:
+                counts[v - _EXP_OFFSET] = counts.get(v - _EXP_OFFSET, 0) + c
         total += nonzero.numel()
     smallest = None
     if total:
