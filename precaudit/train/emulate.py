@@ -33,7 +33,7 @@ _TAG = "precaudit_fx"  # the key each forward op's autograd node carries its fx 
 
 @dataclass
 class Event:
-    """The first op whose output went inf/NaN while its inputs were finite."""
+    """An op whose output went inf/NaN while its inputs were finite."""
 
     op: str  # the ATen op: 'aten.mm.default'
     phase: str  # 'forward', 'backward' or 'optimizer step'
@@ -43,25 +43,44 @@ class Event:
     fraction: float  # its share of inf/NaN elements
     input_absmax: float
 
+    @property
+    def key(self) -> tuple[str, str | None, str]:
+        """Where it happened, as the float32 reference's run of the same program names it."""
+        return self.phase, self.fx_node, self.op
+
+
+_MAX_EVENTS = 64  # enough to step past the float32 program's own infs (masks, log(0)) to the regime's first
+
 
 class Recorder:
     def __init__(self, watch_backward_max: bool = False):
         self.phase = "forward"
-        self.first: Event | None = None
+        self.events: list[Event] = []  # in order: ops whose output turned inf/NaN from finite inputs
         self.current_fx: str | None = None  # the forward node the interpreter is running
         self.watch_backward_max = watch_backward_max
         self.backward_low_max = 0.0  # the largest |value| a backward op returned in float16/bfloat16
         self.ops = 0
 
+    @property
+    def first(self) -> Event | None:
+        return self.events[0] if self.events else None
+
+    def first_beyond(self, expected: set) -> Event | None:
+        """The first event float32's own run of the program does not have (T5's log(0), a mask's -inf fill)."""
+        return next((e for e in self.events if e.key not in expected), None)
+
     def observe(self, func, args, kwargs, out) -> None:
         self.ops += 1
+        if func._schema.name in _UNINITIALIZED:
+            return  # memory not yet written (dropout's mask before bernoulli_ fills it): its bits mean nothing
         node = torch._C._current_autograd_node()
         phase = "backward" if node is not None else self.phase
         outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()
                 and t.numel()]
         # gradients only: a view in the backward (the transpose of a saved weight) carries forward values
         watch = phase == "backward" and self.watch_backward_max and not func.is_view
-        if self.first is not None and not watch or not outs:
+        full = len(self.events) >= _MAX_EVENTS
+        if full and not watch or not outs:
             return
         bad = []
         for t in outs:
@@ -71,19 +90,30 @@ class Recorder:
             # an inf counts (no scale keeps that backward finite); a NaN compares False and does not
             if watch and t.dtype in LOW_DTYPES and absmax > self.backward_low_max:
                 self.backward_low_max = absmax
-        if self.first is not None or not bad:
+        if full or not bad:
             return
         # an in-place op's own tensor is an input already overwritten: judge the inputs it read, not that one
-        ins = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and t.is_floating_point()
-               and t.numel() and not any(t is o for o in outs)]
+        leaves = pytree.tree_leaves((args, kwargs))
+        ins = [t for t in leaves if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()
+               and not any(t is o for o in outs)]
         if any(not _finite_absmax(t)[0] for t in ins):
             return  # it only carries an inf/NaN made before it
+        if any(isinstance(a, float) and not math.isfinite(a) for a in leaves):
+            return  # an inf the program asked for: a mask's fill value, scalar_tensor(-inf)
         t = bad[0]
         # the node's metadata dict (typed as a method in torch's stubs)
         fx = _metadata(node).get(_TAG) if node is not None else self.current_fx
-        self.first = Event(str(func), phase, node.name() if node is not None else None, fx,
-                           str(t.dtype).replace("torch.", ""), float((~torch.isfinite(t)).float().mean()),
-                           max((float(i.detach().abs().max()) for i in ins), default=0.0))
+        self.events.append(Event(str(func), phase, node.name() if node is not None else None, fx,
+                                 str(t.dtype).replace("torch.", ""), float((~torch.isfinite(t)).float().mean()),
+                                 max((_finite_absmax(i)[1] for i in ins), default=0.0)))
+
+
+def _metadata(node: Any) -> dict:
+    return node.metadata
+
+
+_UNINITIALIZED = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
+                  "aten::new_empty_strided", "aten::empty_permuted"}
 
 
 def _finite_absmax(t: torch.Tensor) -> tuple[bool, float]:
@@ -97,10 +127,6 @@ def _finite_absmax(t: torch.Tensor) -> tuple[bool, float]:
     if lo != lo:
         return False, math.nan
     return math.isfinite(lo) and math.isfinite(hi), max(-lo, hi)
-
-
-def _metadata(node: Any) -> dict:
-    return node.metadata
 
 
 class RoundingMode(TorchDispatchMode):
@@ -127,8 +153,7 @@ class RoundingMode(TorchDispatchMode):
             # no meta kernel: the op runs as PyTorch's CPU kernel does; no float output (a comparison, an
             # assertion on the dtype): nothing to round, and the op must see its inputs' own dtypes
             return func(*args, **kwargs)
-        up = pytree.tree_map(lambda a: a.float() if isinstance(a, torch.Tensor) and a.dtype in LOW_DTYPES else a,
-                             (args, kwargs))
+        up = pytree.tree_map(_upcast, (args, kwargs))
         out = func(*up[0], **up[1])
         leaves, spec = pytree.tree_flatten(out)
         rounded = [t.to(d) if isinstance(t, torch.Tensor) and d is not None and t.dtype != d else t
@@ -142,6 +167,16 @@ class RoundingMode(TorchDispatchMode):
         if found is None:
             found = self._dtypes[key] = _meta_dtypes(func, args, kwargs)
         return found
+
+
+def _upcast(a: Any) -> Any:
+    """A low-precision tensor as float32; a low dtype argument as float32 too (the input_dtype of
+    _log_softmax_backward_data, a sum's dtype=): the op computes in float32, its output is rounded after."""
+    if isinstance(a, torch.Tensor):
+        return a.float() if a.dtype in LOW_DTYPES else a
+    if isinstance(a, torch.dtype) and a in LOW_DTYPES:
+        return torch.float32
+    return a
 
 
 def _hashable(value: Any) -> Any:

@@ -56,9 +56,10 @@ class StepResult:
     loss_ref: float
     loss_regime: float
     params: list[ParamStats] = field(default_factory=list)
-    first_unscaled: Event | None = None  # the first inf/NaN of the forward and unscaled backward
-    first_scaled: Event | None = None  # ... of the backward at the loss scale
-    first_step: Event | None = None  # ... of the optimizer step
+    # where the regime's step first turned inf/NaN, past what the float32 program does too (set when the step's
+    # result is not finite): in the forward and unscaled backward, and in the optimizer step
+    first_unscaled: Event | None = None
+    first_step: Event | None = None
     ref_finite: bool = True  # the reference's loss and gradients are all finite
     regime_finite: bool = True  # the regime's loss, unscaled gradients and stepped weights are all finite
     skipped_steps: int = 0  # steps the scaler skipped in this run
@@ -80,6 +81,7 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
     reg_before = {n: p.detach().clone() for n, p in reg_named.items()}
     ref_opt = setup.optimizer.build(ref_named, lr)
     reg_opt = setup.optimizer.build(list(reg_named.items()), lr)
+    recorders: list[Recorder] = []  # step 0's forward and unscaled backward, and the optimizer steps'
     ref_grads: dict[str, torch.Tensor | None] = {}
     g_unscaled: dict[str, torch.Tensor | None] = {}
     g_scaled: dict[str, torch.Tensor | None] = {}
@@ -107,22 +109,24 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
         # -- the regime, emulated --
         torch.manual_seed(seed + step)
         unscaled = Recorder(watch_backward_max=step == 0)
-        with user_code(setup.spec, f"the {regime.name} step"), RoundingMode(unscaled):
-            loss = run_loss(reg.module, reg.flat, unscaled)
+        stepping = Recorder()
+        stepping.phase = "optimizer step"
+        # each run under its own mode, one after another: nested modes would each see the other's ops
+        with user_code(setup.spec, f"the {regime.name} step"):
+            with RoundingMode(unscaled):
+                loss = run_loss(reg.module, reg.flat, unscaled)
+                if step == 0:
+                    result.loss_regime = float(loss.detach())
+                    loss.backward(retain_graph=scale != 1.0)
             if step == 0:
-                result.loss_regime = float(loss.detach())
-                loss.backward(retain_graph=scale != 1.0)
                 g_unscaled = _grads(reg_named)
-                result.first_unscaled = unscaled.first
+                recorders.append(unscaled)
                 result.backward_low_max = unscaled.backward_low_max
                 if scale != 1.0:
                     reg_opt.zero_grad(set_to_none=True)
             if step > 0 or scale != 1.0:
-                scaled = Recorder()
-                with RoundingMode(scaled):
+                with RoundingMode(Recorder()):
                     (loss * scale).backward()
-                if step == 0:
-                    result.first_scaled = scaled.first
             # GradScaler's unscale_: the master gradients divided by the scale, in their own dtype
             if scale != 1.0:
                 for p in reg_named.values():
@@ -131,22 +135,29 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
             if step == 0:
                 g_scaled = _grads(reg_named) if scale != 1.0 else g_unscaled
             finite = all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in reg_named.values())
-            stepping = Recorder()
-            stepping.phase = "optimizer step"
             if regime.scaler is not None and not finite:
                 result.skipped_steps += 1  # GradScaler skips the step and backs the scale off
                 scale *= regime.scaler.backoff
             else:
                 with RoundingMode(stepping):
                     reg_opt.step()
-                if result.first_step is None and stepping.first is not None:
-                    result.first_step = stepping.first
+                if stepping.events and not any(r.phase == "optimizer step" for r in recorders):
+                    recorders.append(stepping)
             reg_opt.zero_grad(set_to_none=True)
-            result.ops += unscaled.ops + stepping.ops
+        result.ops += unscaled.ops + stepping.ops
 
     result.regime_finite = math.isfinite(result.loss_regime) and all(
         g is None or bool(torch.isfinite(g).all()) for g in g_unscaled.values()) and all(
         bool(torch.isfinite(p).all()) for p in reg_named.values())
+    if not result.regime_finite and any(r.events for r in recorders):
+        # the first inf/NaN that float32's own run of the program does not make too
+        expected = reference_events(setup, seed)
+        for rec in recorders:
+            event = rec.first_beyond(expected)
+            if rec.phase == "optimizer step":
+                result.first_step = result.first_step or event
+            else:
+                result.first_unscaled = event
     for name, p in ref_named:
         result.params.append(_param_stats(name, p, ref_before[name], ref_grads.get(name), reg_named[name],
                                           reg_before[name], g_unscaled.get(name), g_scaled.get(name),
@@ -155,6 +166,17 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
     if regime.low == "fp16":
         result.window = _window(ref_grads, result.backward_low_max, low)
     return result
+
+
+def reference_events(setup: TrainSetup, seed: int, hooks: Any = None) -> set:
+    """Where the float32 program's own first step makes inf/NaN from finite inputs (a mask's -inf, T5's
+    log(0) before its where): places an inf in the regime's run does not tell anything."""
+    ref = capture(setup, None, hooks=hooks)
+    torch.manual_seed(seed)
+    rec = Recorder()
+    with user_code(setup.spec, "the float32 reference step"), RoundingMode(rec, emulate=False):
+        run_loss(ref.module, ref.flat, rec).backward()
+    return {e.key for e in rec.events}
 
 
 def _grads(named: dict[str, nn.Parameter]) -> dict[str, torch.Tensor | None]:
@@ -278,5 +300,7 @@ def collapsed_row(setup: TrainSetup, regime: Regime, seed: int = 0) -> tuple[Eve
         loss = run_loss(reg.module, reg.flat, rec)
         loss.backward()
     finite = all(p.grad is None or bool(torch.isfinite(p.grad).all()) for _, p in reg.named_parameters())
-    event = rec.first if rec.first is not None and rec.first.phase == "backward" and not finite else None
+    # the backward's first inf/NaN, whether float32's is finite or not (the finding says which): the forward's
+    # (T5's log(0) before its where) are the program's own, not the collapsed row's
+    event = next((e for e in rec.events if e.phase == "backward"), None) if not finite else None
     return event, ref_finite, counted[0], reg.module
