@@ -39,14 +39,15 @@ class Captured:
         return [(self.names.get(n, n), p) for n, p in self.module.named_parameters() if p.requires_grad]
 
 
-def capture(setup: TrainSetup, regime: Regime | None, hooks: Any = None) -> Captured:
-    """The loss of a fresh copy of the model, captured in train mode for the reference or the regime."""
+def capture(setup: TrainSetup, regime: Regime | None, hooks: Any = None, wide: bool = False) -> Captured:
+    """The loss of a fresh copy of the model, captured in train mode for the reference or the regime (or, wide,
+    the reference in float64: what tells float32's own rounding noise from a gradient)."""
     with user_code(setup.spec, "copying the model (copy.deepcopy)"):
         model = copy.deepcopy(setup.model)
     flat = list(setup.flat)
-    if regime is not None and not regime.autocast:
-        low = LOW[regime.low]
-        with user_code(setup.spec, f"converting the model with model.to({regime.low})"):
+    if wide or regime is not None and not regime.autocast:
+        low = torch.float64 if wide else LOW[regime.low]
+        with user_code(setup.spec, f"converting the model with model.to({low})"):
             model = model.to(low)
         flat = [a.to(low) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in flat]
     if hooks is not None:

@@ -24,7 +24,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["RoundingMode", "Recorder", "Event", "run_loss", "LOW_DTYPES"]
+__all__ = ["RoundingMode", "SameDrawsMode", "Recorder", "Event", "run_loss", "LOW_DTYPES"]
 
 LOW_DTYPES = (torch.float16, torch.bfloat16)
 _META_FAILED = object()
@@ -167,6 +167,21 @@ class RoundingMode(TorchDispatchMode):
         if found is None:
             found = self._dtypes[key] = _meta_dtypes(func, args, kwargs)
         return found
+
+
+class SameDrawsMode(TorchDispatchMode):
+    """A float64 run of the program whose random ops (dropout) draw what the float32 reference drew: each runs
+    on float32 copies of its inputs and its outputs are widened, so the masks match element for element."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if torch.Tag.nondeterministic_seeded not in func.tags or func._schema.is_mutable:
+            return func(*args, **kwargs)
+        narrow = pytree.tree_map(lambda a: a.float() if isinstance(a, torch.Tensor) and a.dtype == torch.float64
+                                 else a, (args, kwargs))
+        out = func(*narrow[0], **narrow[1])
+        return pytree.tree_map(lambda t: t.double() if isinstance(t, torch.Tensor) and t.dtype == torch.float32
+                               else t, out)
 
 
 def _upcast(a: Any) -> Any:

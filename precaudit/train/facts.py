@@ -8,6 +8,9 @@ __all__ = ["TRAIN_FACTS"]
 
 _REGIME = {"regime", "regime_summary", "low_dtype"}
 _FMT = set(FORMATS["fp32"].numbers())
+# where the regime's gradient disagrees with float32's: float32's own against float64's (None: not measured);
+# ref_noise, float32's gradient is rounding noise itself (an exact gradient of 0) and nothing compares with it
+_NOISE = {"ref_noise", "ref_cosine_f64"}
 TRAIN_FACTS: dict[str, set[str]] = {
     # the optimizer's eps in the dtype its states are held in
     "train_optimizer": {"optimizer", "eps", "eps_rounded", "eps_class", "states_dtype", "lr", *_REGIME, *_FMT},
@@ -22,9 +25,9 @@ TRAIN_FACTS: dict[str, set[str]] = {
                              "backward_bound", "bound_formula", *_REGIME, *_FMT},
     # traced: per parameter, its gradient and update against the float32 reference's
     "train_grad": {"param", "elements", "ref_nonzero", "underflow_unscaled", "underflow_scaled", "subnormal_scaled",
-                   "loss_scale", "cosine", "rel_error", "grad_dtype", "inputs_from", *_REGIME, *_FMT},
+                   "loss_scale", "cosine", "rel_error", "grad_dtype", "inputs_from", *_NOISE, *_REGIME, *_FMT},
     "train_update": {"param", "elements", "ref_changed", "absorbed", "absorbed_fraction", "lr", "weights_dtype",
-                     "absmedian", "steps", "inputs_from", *_REGIME, *_FMT},
+                     "absmedian", "steps", "inputs_from", *_NOISE, *_REGIME, *_FMT},
     # traced: the loss-scale window (fp16 regimes), against GradScaler's start
     "train_loss_scale": {"scale_init", "scale_min", "scale_max", "window_empty", "skipped_steps", "growth_steps",
                          "backward_max", "keep_fraction", "scaler", "inputs_from", *_REGIME, *_FMT},

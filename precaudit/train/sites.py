@@ -139,6 +139,7 @@ def traced_sites(result: StepResult, collapsed: tuple[Event | None, bool, int, A
             "underflow_unscaled": p.underflow_unscaled, "underflow_scaled": p.underflow_scaled,
             "subnormal_scaled": p.subnormal_scaled, "loss_scale": result.scale, "cosine": p.cosine,
             "rel_error": p.rel_error, "grad_dtype": low.long_name, "inputs_from": inputs_from,
+            "ref_noise": p.ref_noise, "ref_cosine_f64": p.ref_cosine_f64,
             **_regime_facts(regime, low)}))
         if result.skipped_steps == result.steps:
             continue  # the scaler skipped every step: nothing was applied to compare (PA452/PA453 say why)
@@ -146,6 +147,7 @@ def traced_sites(result: StepResult, collapsed: tuple[Event | None, bool, int, A
             "param": p.name, "elements": p.elements, "ref_changed": p.ref_changed, "absorbed": p.absorbed,
             "absorbed_fraction": p.absorbed / p.ref_changed if p.ref_changed else 0.0, "lr": p.lr,
             "weights_dtype": wfmt.long_name, "absmedian": p.absmedian, "steps": result.steps,
+            "ref_noise": p.ref_noise, "ref_cosine_f64": p.ref_cosine_f64,
             "inputs_from": inputs_from, **_regime_facts(regime, wfmt)}))
     if regime.low == "fp16":
         smallest, largest = result.window

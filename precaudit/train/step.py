@@ -21,13 +21,15 @@ from ..dtypes import FORMATS
 from ..errors import InputError
 from ..frontends.user_code import user_code
 from .capture import capture
-from .emulate import Event, Recorder, RoundingMode, run_loss
+from .emulate import Event, Recorder, RoundingMode, SameDrawsMode, run_loss
 from .factory import TrainSetup
 from .regimes import Regime
 
 __all__ = ["ParamStats", "StepResult", "run_steps", "KEEP_FRACTION"]
 
 KEEP_FRACTION = 0.999  # the loss-scale window's bottom keeps this share of the reference's nonzero gradients
+NOISE_CHECK_COSINE = 0.999  # a regime gradient this far from float32's has float32's checked against float64
+REF_NOISE_COSINE = 0.9  # float32's gradient this far from float64's is rounding noise
 _EXP_OFFSET = 160  # above -(the smallest float32 exponent frexp gives, -148)
 
 
@@ -46,6 +48,14 @@ class ParamStats:
     absorbed: int  # of those, the elements the regime's steps left bit-identical
     lr: float
     absmedian: float  # the median |weight|, for the message
+    # where the regime's gradient points elsewhere (cosine < NOISE_CHECK_COSINE): float32's own gradient against
+    # a float64 run's; low, float32's gradient is rounding noise too (a key bias under softmax's shift
+    # invariance has an exact gradient of 0), and no comparison with it means anything
+    ref_cosine_f64: float | None = None
+
+    @property
+    def ref_noise(self) -> bool:
+        return self.ref_cosine_f64 is not None and self.ref_cosine_f64 < REF_NOISE_COSINE
 
 
 @dataclass
@@ -163,6 +173,12 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
                                           reg_before[name], g_unscaled.get(name), g_scaled.get(name),
                                           result.scale, low, setup.optimizer.hyper(name).get("lr", 0.0)
                                           if lr is None else lr))
+    doubtful = {p.name for p in result.params if p.cosine is not None and p.cosine < NOISE_CHECK_COSINE}
+    if doubtful:
+        wide = float64_gradients(setup, seed, doubtful)
+        for p in result.params:
+            if p.name in wide:
+                p.ref_cosine_f64 = _cosine(ref_grads[p.name], wide[p.name])
     if regime.low == "fp16":
         result.window = _window(ref_grads, result.backward_low_max, low)
     return result
@@ -177,6 +193,26 @@ def reference_events(setup: TrainSetup, seed: int, hooks: Any = None) -> set:
     with user_code(setup.spec, "the float32 reference step"), RoundingMode(rec, emulate=False):
         run_loss(ref.module, ref.flat, rec).backward()
     return {e.key for e in rec.events}
+
+
+def float64_gradients(setup: TrainSetup, seed: int, names: set[str]) -> dict[str, torch.Tensor]:
+    """These parameters' gradients from the first step's forward and backward in float64, drawing dropout's
+    masks as the float32 reference did."""
+    wide = capture(setup, None, wide=True)
+    torch.manual_seed(seed)
+    with user_code(setup.spec, "the float64 step"), SameDrawsMode():
+        run_loss(wide.module, wide.flat, Recorder()).backward()
+    return {n: p.grad.detach().clone() for n, p in wide.named_parameters() if n in names and p.grad is not None}
+
+
+def _cosine(a: torch.Tensor | None, b: torch.Tensor | None) -> float | None:
+    if a is None or b is None:
+        return None
+    a, b = a.double().flatten(), b.double().flatten()
+    na, nb = float(a.norm()), float(b.norm())
+    if not (na > 0 and nb > 0 and math.isfinite(na) and math.isfinite(nb)):
+        return None
+    return float(a @ b) / (na * nb)
 
 
 def _grads(named: dict[str, nn.Parameter]) -> dict[str, torch.Tensor | None]:
