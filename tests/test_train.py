@@ -109,3 +109,35 @@ def test_emulated_bf16_agrees_with_a_real_bf16_cpu_step():
     assert [s.name for s in result.params] == [n for n, _ in real.named_parameters()]
     for got, want in zip(emulated, real_absorbed):
         assert abs(got - want) <= max(2, want // 100), (emulated, real_absorbed)
+
+
+def test_window_counts_exponents_as_frexp_does():
+    """The loss-scale window's bottom from float32's exponent bits equals the one from frexp, zeros, negative and
+    subnormal float32 values included; its top is the largest power of two that keeps the backward's max finite."""
+    from precaudit.dtypes import FORMATS
+    from precaudit.train.step import KEEP_FRACTION, _window
+
+    torch.manual_seed(0)
+    g = torch.randn(50_000) * torch.logspace(-12, -3, 50_000)
+    g[::9] = 0.0
+    g[::13] = -g[::13]
+    g[:40] = 1e-40  # float32 subnormals
+    grads = {"a": g[:20_000].clone(), "b": g[20_000:].clone().reshape(100, 300), "c": None}
+    smallest, largest = _window(grads, 3.0, FORMATS["fp16"])
+    nonzero = g[g != 0]
+    exps = torch.frexp(nonzero).exponent
+    lost_at = sorted(exps.tolist())[int((1 - KEEP_FRACTION) * nonzero.numel())]  # the first exponent not allowed
+    assert smallest == 2.0 ** (-24 - lost_at)
+    assert largest == 2.0 ** 14  # 3 * 2**14 = 49152 < 65504 <= 3 * 2**15
+    assert _window({"a": torch.zeros(8)}, 0.0, FORMATS["fp16"]) == (None, None)
+
+
+def test_all_finite_is_exact_where_a_sum_overflows():
+    from precaudit.train.emulate import all_finite
+
+    assert all_finite(torch.tensor([3e38, 3e38]))  # the sum overflows, every element is finite
+    assert not all_finite(torch.tensor([1.0, float("nan")]))
+    assert not all_finite(torch.tensor([1.0, float("-inf")]))
+    assert not all_finite(torch.tensor([60000.0, float("inf")], dtype=torch.float16))
+    assert all_finite(torch.tensor([60000.0, 60000.0], dtype=torch.float16))
+    assert all_finite(torch.tensor([]))

@@ -24,7 +24,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["RoundingMode", "SameDrawsMode", "Recorder", "Event", "run_loss", "LOW_DTYPES"]
+__all__ = ["RoundingMode", "SameDrawsMode", "Recorder", "Event", "run_loss", "all_finite", "LOW_DTYPES"]
 
 LOW_DTYPES = (torch.float16, torch.bfloat16)
 _META_FAILED = object()
@@ -84,19 +84,22 @@ class Recorder:
             return
         bad = []
         for t in outs:
-            finite, absmax = _finite_absmax(t)
+            if watch and t.dtype in LOW_DTYPES:
+                finite, absmax = _finite_absmax(t)
+                # an inf counts (no scale keeps that backward finite); a NaN compares False and does not
+                if absmax > self.backward_low_max:
+                    self.backward_low_max = absmax
+            else:
+                finite = all_finite(t)
             if not finite:
                 bad.append(t)
-            # an inf counts (no scale keeps that backward finite); a NaN compares False and does not
-            if watch and t.dtype in LOW_DTYPES and absmax > self.backward_low_max:
-                self.backward_low_max = absmax
         if full or not bad:
             return
         # an in-place op's own tensor is an input already overwritten: judge the inputs it read, not that one
         leaves = pytree.tree_leaves((args, kwargs))
         ins = [t for t in leaves if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()
                and not any(t is o for o in outs)]
-        if any(not _finite_absmax(t)[0] for t in ins):
+        if any(not all_finite(t) for t in ins):
             return  # it only carries an inf/NaN made before it
         if any(isinstance(a, float) and not math.isfinite(a) for a in leaves):
             return  # an inf the program asked for: a mask's fill value, scalar_tensor(-inf)
@@ -114,6 +117,16 @@ def _metadata(node: Any) -> dict:
 
 _UNINITIALIZED = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
                   "aten::new_empty_strided", "aten::empty_permuted"}
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """Every element finite. A float32 tensor whose sum is finite has no inf or NaN (either would make the sum
+    one): one read, no mask; a sum that overflows is checked element by element."""
+    if not t.numel():
+        return True
+    if t.dtype in (torch.float32, torch.float64) and math.isfinite(float(t.detach().sum())):
+        return True
+    return _finite_absmax(t)[0]
 
 
 def _finite_absmax(t: torch.Tensor) -> tuple[bool, float]:

@@ -9,6 +9,7 @@ op (the first inf/NaN, and the largest backward value in float16: the top of the
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from ..dtypes import FORMATS
 from ..errors import InputError
 from ..frontends.user_code import user_code
 from .capture import capture
-from .emulate import Event, Recorder, RoundingMode, SameDrawsMode, run_loss
+from .emulate import Event, Recorder, RoundingMode, SameDrawsMode, all_finite, run_loss
 from .factory import TrainSetup
 from .regimes import Regime
 
@@ -30,7 +31,6 @@ __all__ = ["ParamStats", "StepResult", "run_steps", "KEEP_FRACTION"]
 KEEP_FRACTION = 0.999  # the loss-scale window's bottom keeps this share of the reference's nonzero gradients
 NOISE_CHECK_COSINE = 0.999  # a regime gradient this far from float32's has float32's checked against float64
 REF_NOISE_COSINE = 0.9  # float32's gradient this far from float64's is rounding noise
-_EXP_OFFSET = 160  # above -(the smallest float32 exponent frexp gives, -148)
 
 
 @dataclass
@@ -112,7 +112,7 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
                 raise InputError(setup.spec, "the loss does not depend on any parameter: no gradient reaches the "
                                              "model's weights")
             result.ref_finite = math.isfinite(result.loss_ref) and all(
-                g is None or bool(torch.isfinite(g).all()) for g in ref_grads.values())
+                g is None or all_finite(g) for g in ref_grads.values())
         ref_opt.step()
         ref_opt.zero_grad(set_to_none=True)
 
@@ -144,7 +144,7 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
                         p.grad.div_(scale)
             if step == 0:
                 g_scaled = _grads(reg_named) if scale != 1.0 else g_unscaled
-            finite = all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in reg_named.values())
+            finite = all(p.grad is None or all_finite(p.grad) for p in reg_named.values())
             if regime.scaler is not None and not finite:
                 result.skipped_steps += 1  # GradScaler skips the step and backs the scale off
                 scale *= regime.scaler.backoff
@@ -157,8 +157,8 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
         result.ops += unscaled.ops + stepping.ops
 
     result.regime_finite = math.isfinite(result.loss_regime) and all(
-        g is None or bool(torch.isfinite(g).all()) for g in g_unscaled.values()) and all(
-        bool(torch.isfinite(p).all()) for p in reg_named.values())
+        g is None or all_finite(g) for g in g_unscaled.values()) and all(
+        all_finite(p) for p in reg_named.values())
     if not result.regime_finite and any(r.events for r in recorders):
         # the first inf/NaN that float32's own run of the program does not make too
         expected = reference_events(setup, seed)
@@ -178,7 +178,8 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
         wide = float64_gradients(setup, seed, doubtful)
         for p in result.params:
             if p.name in wide:
-                p.ref_cosine_f64 = _cosine(ref_grads[p.name], wide[p.name])
+                g = ref_grads[p.name]
+                p.ref_cosine_f64 = None if g is None else _agreement(wide[p.name], g)[0]
     if regime.low == "fp16":
         result.window = _window(ref_grads, result.backward_low_max, low)
     return result
@@ -205,47 +206,54 @@ def float64_gradients(setup: TrainSetup, seed: int, names: set[str]) -> dict[str
     return {n: p.grad.detach().clone() for n, p in wide.named_parameters() if n in names and p.grad is not None}
 
 
-def _cosine(a: torch.Tensor | None, b: torch.Tensor | None) -> float | None:
-    if a is None or b is None:
-        return None
-    a, b = a.double().flatten(), b.double().flatten()
-    na, nb = float(a.norm()), float(b.norm())
-    if not (na > 0 and nb > 0 and math.isfinite(na) and math.isfinite(nb)):
-        return None
-    return float(a @ b) / (na * nb)
-
-
 def _grads(named: dict[str, nn.Parameter]) -> dict[str, torch.Tensor | None]:
     return {n: None if p.grad is None else p.grad.detach().float().clone() for n, p in named.items()}
 
 
 def _param_stats(name, ref_p, ref_before, g_ref, reg_p, reg_before, g1, gs, scale, low, lr) -> ParamStats:
+    # counted with count_nonzero: a bool tensor's sum() widens it to int64 first, several times slower
     elements = ref_p.numel()
     nz = (g_ref != 0) if g_ref is not None else torch.zeros(ref_p.shape, dtype=torch.bool)
-    n_nz = int(nz.sum())
-    zero1 = torch.zeros_like(nz) if g1 is None else (g1 == 0)
-    zeros = torch.zeros_like(nz) if gs is None else (gs == 0)
-    under1 = int((nz & zero1).sum()) / n_nz if n_nz else 0.0
-    unders = int((nz & zeros).sum()) / n_nz if n_nz else 0.0
+    n_nz = int(torch.count_nonzero(nz))
+    under1 = _share(nz, g1, n_nz)
+    unders = _share(nz, gs, n_nz)
     if gs is not None and n_nz:
         held = (gs * scale).abs()
-        sub = int((nz & (held > 0) & (held < low.smallest_normal)).sum()) / n_nz
+        sub = int(torch.count_nonzero(nz & (held > 0) & (held < low.smallest_normal))) / n_nz
     else:
         sub = 0.0
     cosine = rel = None
     if g_ref is not None and gs is not None:
-        a, b = g_ref.double().flatten(), gs.double().flatten()
-        na, nb = float(a.norm()), float(b.norm())
-        if na > 0 and math.isfinite(nb):
-            cosine = float(a @ b) / (na * nb) if nb > 0 else 0.0
-            rel = float((b - a).norm()) / na
+        cosine, rel = _agreement(g_ref, gs)
     changed = ref_p.detach() != ref_before
-    still = reg_p.detach() == reg_before
-    absorbed = int((changed & still).sum())
+    absorbed = int(torch.count_nonzero(changed & (reg_p.detach() == reg_before)))
     # the median |weight| is for PA456's message only, and a median sorts: taken where there is something absorbed
     median = float(ref_before.abs().flatten().median()) if absorbed else 0.0
     return ParamStats(name, elements, str(reg_p.dtype).replace("torch.", ""), n_nz, under1, unders, sub, cosine,
-                      rel, int(changed.sum()), absorbed, float(lr), median)
+                      rel, int(torch.count_nonzero(changed)), absorbed, float(lr), median)
+
+
+def _share(nonzero: torch.Tensor, grad: torch.Tensor | None, total: int) -> float:
+    """Of the reference's nonzero elements, the share this gradient has as 0."""
+    if not total or grad is None:
+        return 0.0
+    return int(torch.count_nonzero(nonzero & (grad == 0))) / total
+
+
+def _agreement(a: torch.Tensor, b: torch.Tensor) -> tuple[float | None, float | None]:
+    """The cosine of b against a, and |b - a| / |a|; None where a is 0 or b is not finite. In float32, each
+    vector divided by its largest |element| first: squares of gradients below 1e-19 underflow float32."""
+    a, b = a.detach().float().flatten(), b.detach().float().flatten()
+    sa, sb = float(a.abs().max()) if a.numel() else 0.0, float(b.abs().max()) if b.numel() else 0.0
+    if not (sa > 0 and math.isfinite(sa) and math.isfinite(sb)):
+        return None, None
+    ua = a / sa
+    na = float(torch.linalg.vector_norm(ua))
+    rel = float(torch.linalg.vector_norm(b / sa - ua)) / na
+    if sb == 0:
+        return 0.0, rel
+    ub = b / sb
+    return float(torch.dot(ua, ub)) / (na * float(torch.linalg.vector_norm(ub))), rel
 
 
 def _window(ref_grads: dict[str, torch.Tensor | None], backward_max: float, low) -> tuple[float | None, float | None]:
@@ -258,17 +266,19 @@ def _window(ref_grads: dict[str, torch.Tensor | None], backward_max: float, low)
     counts: dict[int, int] = {}
     total = 0
     for g in ref_grads.values():
-        if g is None:
+        if g is None or not g.numel():
             continue
-        nonzero = g[g != 0]
-        if not nonzero.numel():
-            continue
-        # float32 exponents lie in [-148, 128]: counted by bincount over an offset (no sort, as unique would)
-        exps = torch.frexp(nonzero.float()).exponent.flatten().long() + _EXP_OFFSET
-        for v, c in enumerate(torch.bincount(exps).tolist()):
+        # frexp's exponent read off float32's bits (five times faster than frexp): biased exponent b is 2**(b-127)
+        # for a normal number, so frexp's e = b - 126; b = 0 holds the zeros and float32's subnormals, which no
+        # loss scale below 2**100 lifts: counted at the lowest exponent
+        biased = torch.bincount(((g.float().view(torch.int32) >> 23) & 0xFF).flatten(), minlength=256).tolist()
+        zeros = g.numel() - int(torch.count_nonzero(g))
+        biased[0] -= zeros
+        for b, c in enumerate(biased):
             if c:
-                counts[v - _EXP_OFFSET] = counts.get(v - _EXP_OFFSET, 0) + c
-        total += nonzero.numel()
+                e = b - 126 if b else -149
+                counts[e] = counts.get(e, 0) + c
+        total += g.numel() - zeros
     smallest = None
     if total:
         allowed = (1 - KEEP_FRACTION) * total
@@ -318,7 +328,27 @@ def _collapse_first_row(model: nn.Module) -> int:
 def collapsed_row(setup: TrainSetup, regime: Regime, seed: int = 0) -> tuple[Event | None, bool, int, Any] | None:
     """The backward through a zero row at every norm: the first inf/NaN in the regime, whether float32's is
     finite, how many norm modules, and the program run (its nodes name the source lines); None when the model
-    has no norm module."""
+    has no norm module. Run on the batch's first sample where the inputs share a batch axis (one row is what it
+    is about: a quarter of the work on a batch of 4), on the whole batch where that fails."""
+    first = _first_sample(setup)
+    if first is not None:
+        try:
+            return _collapsed_row(first, regime, seed)
+        except InputError:
+            pass  # a model or loss_fn that needs the whole batch (a fixed reshape, targets it closes over)
+    return _collapsed_row(setup, regime, seed)
+
+
+def _first_sample(setup: TrainSetup) -> TrainSetup | None:
+    tensors = [a for a in setup.flat if isinstance(a, torch.Tensor) and a.dim() >= 1]
+    sizes = {t.shape[0] for t in tensors}
+    if len(sizes) != 1 or min(sizes) < 2:
+        return None
+    flat = [a[:1] if isinstance(a, torch.Tensor) and a.dim() >= 1 else a for a in setup.flat]
+    return dataclasses.replace(setup, flat=flat)
+
+
+def _collapsed_row(setup: TrainSetup, regime: Regime, seed: int) -> tuple[Event | None, bool, int, Any] | None:
     counted: list[int] = []
     ref = capture(setup, None, hooks=lambda m: counted.append(_collapse_first_row(m)))
     if not counted or not counted[0]:
@@ -328,14 +358,14 @@ def collapsed_row(setup: TrainSetup, regime: Regime, seed: int = 0) -> tuple[Eve
         loss = run_loss(ref.module, ref.flat, Recorder())
         loss.backward()
     ref_finite = math.isfinite(float(loss.detach())) and all(
-        p.grad is None or bool(torch.isfinite(p.grad).all()) for _, p in ref.named_parameters())
+        p.grad is None or all_finite(p.grad) for _, p in ref.named_parameters())
     reg = capture(setup, regime, hooks=_collapse_first_row)
     torch.manual_seed(seed)
     rec = Recorder()
     with user_code(setup.spec, f"the {regime.name} step on a collapsed row"), RoundingMode(rec):
         loss = run_loss(reg.module, reg.flat, rec)
         loss.backward()
-    finite = all(p.grad is None or bool(torch.isfinite(p.grad).all()) for _, p in reg.named_parameters())
+    finite = all(p.grad is None or all_finite(p.grad) for _, p in reg.named_parameters())
     # the backward's first inf/NaN, whether float32's is finite or not (the finding says which): the forward's
     # (T5's log(0) before its where) are the program's own, not the collapsed row's
     event = next((e for e in rec.events if e.phase == "backward"), None) if not finite else None
