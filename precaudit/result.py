@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from .analysis.quantized import Quantization
     from .report.dtype_map import NodeDtype
     from .trace import TraceRun
+    from .train.profile import GradientProfile
 
 __all__ = ["AuditResult"]
 
@@ -28,3 +29,4 @@ class AuditResult:
     traces: dict[str, "TraceRun"] = field(default_factory=dict)  # per model, with --trace: its inputs and engines
     dtype_maps: dict[str, list["NodeDtype"]] = field(default_factory=dict)  # per model, for the HTML report
     quantized: dict[str, "Quantization"] = field(default_factory=dict)  # per model with QDQ or integer ops
+    gradients: dict[str, "GradientProfile"] = field(default_factory=dict)  # per training factory, traced

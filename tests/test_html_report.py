@@ -236,3 +236,56 @@ def test_every_fixture_case_renders(tmp_path):
         assert_self_contained(page, root)
         rows = list(next(root.iter("table", id="findings-table")).iter("tr"))[1:] if case.expect else []
         assert {(r.attrs["data-rule"], r.attrs["data-node"]) for r in rows} == case.expect, (module, case.name)
+
+
+def _train_page(tmp_path: Path, spec: str, *args: str) -> tuple[int, str, Element]:
+    out = tmp_path / "train.html"
+    code = main(["train", spec, "--trace", *args, "--format", "html", "-o", str(out)])
+    page = out.read_text(encoding="utf-8")
+    return code, page, parse(page)
+
+
+def test_training_report_charts_each_parameters_gradient_against_the_window(tmp_path):
+    """A mean cross-entropy weighted 1e-9 under amp-fp16: every parameter's gradient drawn at GradScaler's 2^16,
+    each losing elements to 0 there, and the window's lowest-kept level where its smallest scale puts it."""
+    from fixtures.train_models import aux_loss_1e_9, spec
+    from precaudit.train.factory import setup_of
+    from precaudit.train.regimes import REGIMES
+    from precaudit.train.step import run_steps
+
+    code, page, root = _train_page(tmp_path, spec("aux_loss_1e_9"))
+    assert code == 0  # PA451 and PA453 are warnings
+    assert_self_contained(page, root)
+    (section,) = root.iter("section", id="gradients-0")
+    bands = list(next(section.iter("g", data_series="values")).iter("rect"))
+    assert [b.attrs["data-node"] for b in bands] == ["embed.weight", "head.weight", "head.bias"]
+    assert all("under" in b.classes() for b in bands)
+    smallest, _ = run_steps(setup_of("aux", aux_loss_1e_9()), REGIMES["amp-fp16"]).window
+    (bottom,) = section.iter("g", data_limit="window-bottom")
+    assert float(bottom.attrs["data-value"]) == pytest.approx(2.0 ** -24 * 2.0 ** 16 / smallest, rel=1e-5)
+    markers = {m.attrs["data-rules"] for m in section.iter("path") if "marker" in m.classes()}
+    assert markers == {"PA451"}  # one per parameter, each PA451
+    assert "GradScaler starts at 2^16" in section.text
+
+
+# torch refuses a module name with a dot, and torch.fx's generated code one with a quote or a bidi override
+_NO_DOTS = "<script>alert(1)</script><img src=x onerror=alert(2)>&amp;"
+
+
+def test_training_report_escapes_the_models_names(tmp_path):
+    factory = tmp_path / "hostile.py"
+    factory.write_text(
+        "import torch\nfrom torch import nn\n\n"
+        "def make():\n"
+        "    torch.manual_seed(0)\n"
+        "    model = nn.Sequential()\n"
+        f"    model.add_module({_NO_DOTS!r}, nn.Linear(8, 1))\n"
+        "    return model, torch.randn(4, 8), lambda out: out.square().mean()\n")
+    code, page, root = _train_page(tmp_path, f"{factory}:make")
+    assert code == 0
+    assert_self_contained(page, root)
+    assert "<script>alert" not in page and "<img" not in page
+    (section,) = root.iter("section", id="gradients-0")
+    bands = list(next(section.iter("g", data_series="values")).iter("rect"))
+    shown = _NO_DOTS
+    assert [b.attrs["data-node"] for b in bands] == [shown + ".weight", shown + ".bias"]

@@ -51,6 +51,17 @@ def test_loss_that_depends_on_no_parameter(tmp_path, capsys):
     assert "the loss does not depend on any parameter" in line
 
 
+def test_module_name_torch_cannot_write_as_source(tmp_path, capsys):
+    """torch.fx writes the captured program as Python source and cannot quote a module named with a quote: one
+    line naming the step that failed, not an internal error."""
+    src = tmp_path / "m.py"
+    src.write_text("import torch\ndef make():\n    m = torch.nn.Sequential()\n"
+                   "    m.add_module('a\"b', torch.nn.Linear(4, 1))\n"
+                   "    return m, torch.randn(2, 4), lambda out: out.square().mean()\n")
+    line = _one_line_error(capsys, f"{src}:make", "--trace")
+    assert "building the captured program (torch.export's ExportedProgram.module()) failed: SyntaxError" in line
+
+
 def test_optimizer_it_does_not_model(tmp_path, capsys):
     src = tmp_path / "m.py"
     src.write_text("import torch\ndef make():\n    m = torch.nn.Linear(4, 1)\n"

@@ -150,8 +150,11 @@ class _Mark:
         return sum(getattr(p, attr) for p in self.points)
 
 
-def headroom_chart(profile: TraceProfile, fmt: Format, findings: Sequence[Finding]) -> tuple[str, Buckets]:
-    """Each value's |x| from its smallest nonzero to its largest against the format's limits, in node order."""
+def headroom_chart(profile: TraceProfile, fmt: Format, findings: Sequence[Finding],
+                   lines: Sequence[tuple[str, float, str]] = (),
+                   label: str = "headroom of every value") -> tuple[str, Buckets]:
+    """Each value's |x| from its smallest nonzero to its largest against the format's limits, in node order;
+    `lines` are more (name, value, label) levels drawn as the limits are (the training chart's loss-scale window)."""
     values = profile.values
     buckets = bucket_by_scope([p.scope for p in values])
     marks = [_Mark([values[i] for i in run]) for run in buckets.runs]
@@ -162,11 +165,12 @@ def headroom_chart(profile: TraceProfile, fmt: Format, findings: Sequence[Findin
     for i, p in enumerate(values):
         index.setdefault(p.node, buckets.index_of(i))
     body = [*_zones(axis, fmt), *axis.ticks(), *_scope_axis(values, buckets, top + height),
-            *_bands(marks, buckets, axis, fmt), *_limit_lines(axis, fmt), *_finding_marks(findings, index, bw, top),
+            *_bands(marks, buckets, axis, fmt), *_limit_lines(axis, fmt, lines),
+            *_finding_marks(findings, index, bw, top),
             *_norm_marks(profile.norms, [p.order for p in values], buckets, bw, top + height)]
     if profile.first_nonfinite in index:
         body.append(_first_nonfinite(profile.first_nonfinite, _LEFT + index[profile.first_nonfinite] * bw, bw, axis, fmt))
-    return _svg(top + height + 46, body, f"headroom of every value against {fmt.long_name}", "headroom"), buckets
+    return _svg(top + height + 46, body, f"{label} against {fmt.long_name}", "headroom"), buckets
 
 
 def _bands(marks: Sequence[_Mark], buckets: Buckets, axis: _LogAxis, fmt: Format) -> list[str]:
@@ -210,10 +214,11 @@ def _zones(axis: _LogAxis, fmt: Format) -> list[str]:
             f'<rect class="frame" x="{x}" y="{axis.top}" width="{w}" height="{axis.height}"/>']
 
 
-def _limit_lines(axis: _LogAxis, fmt: Format) -> list[str]:
+def _limit_lines(axis: _LogAxis, fmt: Format, more: Sequence[tuple[str, float, str]] = ()) -> list[str]:
     lines = [("max", fmt.max, f"{fmt.long_name} max {num(fmt.max, 6)}"),
              ("smallest-normal", fmt.smallest_normal, f"smallest normal {num(fmt.smallest_normal)}"),
-             ("smallest-subnormal", fmt.smallest_subnormal, f"smallest subnormal {num(fmt.smallest_subnormal)}")]
+             ("smallest-subnormal", fmt.smallest_subnormal, f"smallest subnormal {num(fmt.smallest_subnormal)}"),
+             *more]
     out = ['<g class="series" data-series="limits">']
     for name, value, label in lines:
         y = axis.y(value)

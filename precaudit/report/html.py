@@ -21,6 +21,7 @@ from ..dtypes import FORMATS, Format, format_named
 from ..escape import printable
 from ..finding import SEVERITIES, Finding, severity_rank
 from ..trace import TraceRun
+from ..trace.profile import TraceProfile
 from .charts import DTYPE_COLORS, MAX_POINTS, dtype_strip, esc, headroom_chart, num, variance_chart
 from .dtype_map import NodeDtype
 from .folding import fold_names, fold_texts, shape_of
@@ -49,6 +50,8 @@ def render_html(outcome: Outcome) -> str:
     body = [_header(outcome, fmt), _summary(outcome)]
     body += [_traced_section(i, model, outcome, fmt) for i, model in enumerate(result.models)
              if _profile(outcome, model) is not None]
+    body += [_gradient_section(i, model, outcome) for i, model in enumerate(result.models)
+             if model in result.gradients]
     body.append(_findings(outcome))
     body += [_dtype_section(i, model, outcome, fmt) for i, model in enumerate(result.models)
              if outcome.result.dtype_maps.get(model)]
@@ -73,6 +76,8 @@ def _header(outcome: Outcome, fmt: Format) -> str:
             f'<div class="cards">{cards}</div><nav><a href="#summary">Summary</a>'
             + "".join(f' <a href="#trace-{i}">Headroom: {esc(_short(m))}</a>' for i, m in enumerate(outcome.result.models)
                       if _profile(outcome, m) is not None)
+            + "".join(f' <a href="#gradients-{i}">Gradients: {esc(_short(m))}</a>'
+                      for i, m in enumerate(outcome.result.models) if m in outcome.result.gradients)
             + ' <a href="#findings">Findings</a>'
             + "".join(f' <a href="#dtypes-{i}">Dtypes: {esc(_short(m))}</a>' for i, m in enumerate(outcome.result.models)
                       if outcome.result.dtype_maps.get(m))
@@ -180,6 +185,52 @@ def _traced_section(i: int, model: str, outcome: Outcome, fmt: Format) -> str:
     if run.profile.norms:
         parts.append(_norms(run, fmt))
     return "\n".join([*parts, "</section>"])
+
+
+def _gradient_section(i: int, model: str, outcome: Outcome) -> str:
+    """precaudit train --trace: each parameter's float32 gradient at the loss scale the regime's backward ran at,
+    against the low dtype's limits, with the loss-scale window's two ends drawn as levels."""
+    g = outcome.result.gradients[model]
+    fmt = FORMATS[g.low]
+    findings = [shown(f) for f in outcome.result.findings if f.model == model]
+    smallest, largest = g.window
+    lines = []
+    if smallest is not None:
+        # at the window's smallest scale a gradient survives when g * smallest > half the smallest subnormal:
+        # on this chart's axis (g * scale) that level is shifted by scale / smallest
+        lines.append(("window-bottom", fmt.smallest_subnormal * g.scale / smallest,
+                      f"lowest kept at scale 2^{math.log2(smallest):.0f}"))
+    if g.backward_max > 0 and math.isfinite(g.backward_max):
+        lines.append(("backward-max", g.backward_max * g.scale, f"backward's largest |x| at this scale"))
+    lost = sum(1 for p in g.points if p.underflow)
+    facts = [f"{len(g.points)} parameters' gradients from the float32 step on {esc(g.inputs_from)}, at loss scale "
+             f"{_scale(g.scale)} as the {esc(g.regime)} backward holds them in {esc(fmt.long_name)}",
+             f"{lost} lose elements to 0 at it"]
+    if g.low == "fp16":
+        top = (f"{_scale(largest)} (the largest before the backward overflows)" if largest is not None else
+               "no top measured (the unscaled backward held no nonzero float16 value)")
+        window = (f"the loss-scale window runs from {_scale(smallest)} (keeps 99.9% of the nonzero elements) to "
+                  f"{top}")
+        if g.scaler_init is not None:
+            window += f"; GradScaler starts at {_scale(g.scaler_init)}"
+        facts.append(window)
+    chart, _ = headroom_chart(TraceProfile(values=g.points), fmt, findings, lines, "each parameter's gradient")
+    legend = _legend([("band held", f"gradient held in {fmt.long_name}"),
+                      ("band under", "some of its elements round to 0 at the scale"),
+                      ("marker error", "finding (error)"), ("marker warning", "finding (warning)")])
+    return (f'<section id="gradients-{i}" class="model"><h2>Gradients: {esc(model)}</h2>'
+            f'<p>{"; ".join(facts)}.</p><p class="note">x: the parameters in the model\'s order; y: |gradient| × '
+            f"the loss scale on a log<sub>2</sub> scale, each band from a parameter's smallest nonzero element to its "
+            f"largest. Below half the smallest subnormal an element becomes 0; the dashed levels are the window's: "
+            f"elements under the lowest-kept level are lost even at its smallest scale, and the backward's largest "
+            f"value must stay under the max.</p>{legend}<div class=\"chart-box\">{chart}</div></section>")
+
+
+def _scale(s: float | None) -> str:
+    if s is None:
+        return "–"
+    e = math.log2(s) if s > 0 else math.nan
+    return f"2^{e:.0f}" if e == round(e) else num(s)
 
 
 def _dtype_section(i: int, model: str, outcome: Outcome, fmt: Format) -> str:

@@ -55,8 +55,10 @@ def run_train_audit(spec: str, options: TrainOptions, made: Any = None, debug: b
     rules = active_rules(all_rules, options.select, options.ignore, options.preview)
     result = AuditResult()
     try:
-        findings = _audit(spec, regime, options, rules, made)
+        findings, gradients = _audit(spec, regime, options, rules, made)
         result.findings = findings
+        if gradients is not None:
+            result.gradients[spec] = gradients
         result.models.append(spec)
     except InputError as exc:
         result.errors.append(exc)
@@ -84,7 +86,8 @@ def run_train_audit(spec: str, options: TrainOptions, made: Any = None, debug: b
     return Outcome(result=result, settings=settings, exit_code=code, rules=rules, root=repo_root(), baseline=match)
 
 
-def _audit(spec: str, regime, options: TrainOptions, rules, made: Any) -> list[Finding]:
+def _audit(spec: str, regime, options: TrainOptions, rules, made: Any):
+    """The findings, and (traced) the step's gradient profile for the HTML report."""
     import dataclasses
 
     from ..rules.engine import apply_rules
@@ -96,15 +99,22 @@ def _audit(spec: str, regime, options: TrainOptions, rules, made: Any) -> list[F
     forward = _forward_sites(setup, regime, {r.id: r.pattern for r in rules if r.pattern is not None})
     findings = apply_rules(rules, forward, spec)
     findings += apply_rules(rules, static_sites(setup, regime, forward, options.lr), spec)
+    gradients = None
     if options.trace:
         from .step import collapsed_row, run_steps
 
         result = run_steps(setup, regime, options.steps, options.seed, options.loss_scale, options.lr)
         collapsed = collapsed_row(setup, regime, options.seed) if options.collapsed_row else None
-        measured = apply_rules(rules, traced_sites(result, collapsed, "the factory's batch"), spec)
+        measured = apply_rules(rules, traced_sites(result, collapsed, _BATCH), spec)
         # traced numbers hold for the batch they were measured on: the factory's own (the user's data)
         findings += [dataclasses.replace(f, inputs="user") for f in measured]
-    return drop_suppressed(findings)
+        from .profile import GradientProfile
+
+        gradients = GradientProfile.of(result, _BATCH)
+    return drop_suppressed(findings), gradients
+
+
+_BATCH = "the factory's batch"
 
 
 def _forward_sites(setup, regime, patterns: dict) -> list:

@@ -61,7 +61,10 @@ def capture(setup: TrainSetup, regime: Regime | None, hooks: Any = None, wide: b
 
         plan = plan_autocast(program, "cuda", regime.low, setup.spec)
         cast_explicitly(program, plan)
-    module = program.module()
+    # torch writes Python source for the program: a parameter name it cannot quote (a module named with a quote
+    # character) fails there, the model's doing, not precaudit's
+    with user_code(setup.spec, "building the captured program (torch.export's ExportedProgram.module())"):
+        module = program.module()
     _trainable_casts(module)
     names = {n: setup.names.get(n, n.removeprefix("model.")) for n, _ in module.named_parameters()}
     return Captured(module, flat, regime, names)

@@ -48,6 +48,8 @@ class ParamStats:
     absorbed: int  # of those, the elements the regime's steps left bit-identical
     lr: float
     absmedian: float  # the median |weight|, for the message
+    grad_absmax: float = 0.0  # the reference gradient's largest |element| (the HTML report's chart)
+    grad_min_nonzero: float | None = None  # ... and its smallest nonzero one (None: all 0)
     # where the regime's gradient points elsewhere (cosine < NOISE_CHECK_COSINE): float32's own gradient against
     # a float64 run's; low, float32's gradient is rounding noise too (a key bias under softmax's shift
     # invariance has an exact gradient of 0), and no comparison with it means anything
@@ -229,8 +231,13 @@ def _param_stats(name, ref_p, ref_before, g_ref, reg_p, reg_before, g1, gs, scal
     absorbed = int(torch.count_nonzero(changed & (reg_p.detach() == reg_before)))
     # the median |weight| is for PA456's message only, and a median sorts: taken where there is something absorbed
     median = float(ref_before.abs().flatten().median()) if absorbed else 0.0
+    top = low_nz = None
+    if n_nz:
+        magnitude = g_ref.detach().abs()
+        top = float(magnitude.max())
+        low_nz = float(torch.where(nz, magnitude, torch.inf).min())
     return ParamStats(name, elements, str(reg_p.dtype).replace("torch.", ""), n_nz, under1, unders, sub, cosine,
-                      rel, int(torch.count_nonzero(changed)), absorbed, float(lr), median)
+                      rel, int(torch.count_nonzero(changed)), absorbed, float(lr), median, top or 0.0, low_nz)
 
 
 def _share(nonzero: torch.Tensor, grad: torch.Tensor | None, total: int) -> float:
