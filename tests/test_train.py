@@ -152,3 +152,55 @@ def test_all_finite_is_exact_where_a_sum_overflows():
     assert not all_finite(torch.tensor([60000.0, float("inf")], dtype=torch.float16))
     assert all_finite(torch.tensor([60000.0, 60000.0], dtype=torch.float16))
     assert all_finite(torch.tensor([]))
+
+
+def test_emulated_fp16_agrees_with_a_real_fp16_cpu_step():
+    """Ground truth in float16: model.half() stepped with PyTorch's own CPU kernels. Adam's eps 1e-8 is 0 there:
+    the real step and the emulated one turn the same weights, element for element, into inf/NaN, and the
+    emulation names the step's addcdiv_ as where it began (the forward and backward are finite)."""
+    from precaudit.train.factory import setup_of
+    from precaudit.train.regimes import REGIMES
+    from precaudit.train.step import run_steps
+
+    model, x, loss_fn, optimizer = adam_eps_1e_8()
+    result = run_steps(setup_of("adam", (model, x, loss_fn, optimizer)), REGIMES["fp16"])
+    real = adam_eps_1e_8()[0].half()
+    opt = torch.optim.Adam(real.parameters(), lr=1e-3, eps=1e-8, foreach=False)
+    loss_fn(real(x.half())).backward()
+    opt.step()
+    real_bad = [~torch.isfinite(p.detach()) for p in real.parameters()]
+    emulated_bad = [~torch.isfinite(p.detach()) for _, p in result.module.named_parameters()]
+    assert [int(b.sum()) for b in real_bad] == [int(b.sum()) for b in emulated_bad]
+    assert all(bool((a == b).all()) for a, b in zip(real_bad, emulated_bad))
+    assert sum(int(b.sum()) for b in real_bad) > 0
+    event = result.first_step
+    assert (event.op, event.phase, event.dtype) == ("aten.addcdiv_.default", "optimizer step", "float16")
+    assert result.first_unscaled is None and not result.regime_finite and result.ref_finite
+
+
+def test_more_steps_apply_every_step_and_count_what_the_last_left_unchanged():
+    """--steps 3: the float32 and the regime's weights are stepped three times each; an update absorbed at every
+    step stays absorbed (bf16 weights, lr 1e-5: sub-half-ulp steps never add up), and the count matches three
+    real bf16 CPU steps."""
+    from precaudit.train.factory import setup_of
+    from precaudit.train.regimes import REGIMES
+    from precaudit.train.step import run_steps
+
+    model, x, loss_fn, optimizer = adamw_lr_1e_5()
+    one = run_steps(setup_of("adamw", (model, x, loss_fn, optimizer)), REGIMES["bf16"], steps=1)
+    three = run_steps(setup_of("adamw", adamw_lr_1e_5()), REGIMES["bf16"], steps=3)
+    assert three.steps == 3 and one.steps == 1
+    real = adamw_lr_1e_5()[0].to(torch.bfloat16)
+    before = [p.detach().clone() for p in real.parameters()]
+    opt = torch.optim.AdamW(real.parameters(), lr=1e-5, weight_decay=0.0, foreach=False)
+    for step in range(3):
+        torch.manual_seed(step)
+        loss_fn(real(x.to(torch.bfloat16))).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    real_absorbed = [int((p.detach() == b).sum()) for p, b in zip(real.parameters(), before)]
+    for got, want in zip([s.absorbed for s in three.params], real_absorbed):
+        assert abs(got - want) <= max(2, want // 100), ([s.absorbed for s in three.params], real_absorbed)
+    # each step's update rounds back on its own: bf16 weights do not add up what is below their half-ulp
+    assert sum(t.absorbed for t in three.params) > 0
+    assert sum(t.absorbed for t in three.params) >= 0.9 * sum(o.absorbed for o in one.params)

@@ -21,7 +21,7 @@ from ..frontends.user_code import user_code
 from .factory import TrainSetup
 from .regimes import Regime
 
-__all__ = ["Captured", "capture", "LOW"]
+__all__ = ["Captured", "capture", "capture_pair", "LOW"]
 
 
 _FAILED = ("torch.export could not capture the loss ({}); data-dependent control flow in forward() or the loss_fn "
@@ -42,14 +42,43 @@ class Captured:
 def capture(setup: TrainSetup, regime: Regime | None, hooks: Any = None, wide: bool = False) -> Captured:
     """The loss of a fresh copy of the model, captured in train mode for the reference or the regime (or, wide,
     the reference in float64: what tells float32's own rounding noise from a gradient)."""
+    return _module_of(setup, regime, _export(setup, regime, hooks, wide), _flat(setup, regime, wide))
+
+
+def capture_pair(setup: TrainSetup, regime: Regime, hooks: Any = None) -> tuple[Captured, Captured]:
+    """The float32 reference and the regime. Under autocast the regime is the reference's program with the casts
+    written in: one export, copied before either is run, serves both."""
+    if not regime.autocast:
+        return capture(setup, None, hooks), capture(setup, regime, hooks)
+    program = _export(setup, None, hooks, False)
+    twin = copy.deepcopy(program)
+    _cast(setup, regime, twin)
+    return (_module_of(setup, None, program, _flat(setup, None, False)),
+            _module_of(setup, regime, twin, _flat(setup, regime, False)))
+
+
+def _flat(setup: TrainSetup, regime: Regime | None, wide: bool) -> list[Any]:
+    if wide or regime is not None and not regime.autocast:
+        low = torch.float64 if wide else LOW[regime.low]
+        return [a.to(low) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in setup.flat]
+    return list(setup.flat)
+
+
+def _cast(setup: TrainSetup, regime: Regime, program) -> None:
+    from ..frontends.autocast import cast_explicitly, plan_autocast
+
+    plan = plan_autocast(program, "cuda", regime.low, setup.spec)
+    cast_explicitly(program, plan)
+
+
+def _export(setup: TrainSetup, regime: Regime | None, hooks: Any, wide: bool):
     with user_code(setup.spec, "copying the model (copy.deepcopy)"):
         model = copy.deepcopy(setup.model)
-    flat = list(setup.flat)
+    flat = _flat(setup, regime, wide)
     if wide or regime is not None and not regime.autocast:
         low = torch.float64 if wide else LOW[regime.low]
         with user_code(setup.spec, f"converting the model with model.to({low})"):
             model = model.to(low)
-        flat = [a.to(low) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in flat]
     if hooks is not None:
         hooks(model)
     loss_module = setup.loss_module(model).train()
@@ -57,10 +86,11 @@ def capture(setup: TrainSetup, regime: Regime | None, hooks: Any = None, wide: b
         warnings.simplefilter("ignore")
         program = torch.export.export(loss_module, tuple(flat), strict=False)
     if regime is not None and regime.autocast:
-        from ..frontends.autocast import cast_explicitly, plan_autocast
+        _cast(setup, regime, program)
+    return program
 
-        plan = plan_autocast(program, "cuda", regime.low, setup.spec)
-        cast_explicitly(program, plan)
+
+def _module_of(setup: TrainSetup, regime: Regime | None, program, flat: list[Any]) -> Captured:
     # torch writes Python source for the program: a parameter name it cannot quote (a module named with a quote
     # character) fails there, the model's doing, not precaudit's
     with user_code(setup.spec, "building the captured program (torch.export's ExportedProgram.module())"):

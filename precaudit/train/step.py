@@ -21,7 +21,7 @@ from torch import nn
 from ..dtypes import FORMATS
 from ..errors import InputError
 from ..frontends.user_code import user_code
-from .capture import capture
+from .capture import capture, capture_pair
 from .emulate import Event, Recorder, RoundingMode, SameDrawsMode, all_finite, run_loss
 from .factory import TrainSetup
 from .regimes import Regime
@@ -83,8 +83,7 @@ class StepResult:
 
 def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, loss_scale: float | None = None,
               lr: float | None = None) -> StepResult:
-    ref = capture(setup, None)
-    reg = capture(setup, regime)
+    ref, reg = capture_pair(setup, regime)
     ref_named, reg_named = ref.named_parameters(), dict(reg.named_parameters())
     scale = loss_scale if loss_scale is not None else regime.scaler.init if regime.scaler else 1.0
     result = StepResult(regime, steps, scale, math.nan, math.nan, module=reg.module)
@@ -357,7 +356,7 @@ def _first_sample(setup: TrainSetup) -> TrainSetup | None:
 
 def _collapsed_row(setup: TrainSetup, regime: Regime, seed: int) -> tuple[Event | None, bool, int, Any] | None:
     counted: list[int] = []
-    ref = capture(setup, None, hooks=lambda m: counted.append(_collapse_first_row(m)))
+    ref, reg = capture_pair(setup, regime, hooks=lambda m: counted.append(_collapse_first_row(m)))
     if not counted or not counted[0]:
         return None
     torch.manual_seed(seed)
@@ -366,7 +365,6 @@ def _collapsed_row(setup: TrainSetup, regime: Regime, seed: int) -> tuple[Event 
         loss.backward()
     ref_finite = math.isfinite(float(loss.detach())) and all(
         p.grad is None or all_finite(p.grad) for _, p in ref.named_parameters())
-    reg = capture(setup, regime, hooks=_collapse_first_row)
     torch.manual_seed(seed)
     rec = Recorder()
     with user_code(setup.spec, f"the {regime.name} step on a collapsed row"), RoundingMode(rec):
