@@ -201,7 +201,7 @@ def _gradient_section(i: int, model: str, outcome: Outcome) -> str:
         lines.append(("window-bottom", fmt.smallest_subnormal * g.scale / smallest,
                       f"lowest kept at scale 2^{math.log2(smallest):.0f}"))
     if g.backward_max > 0 and math.isfinite(g.backward_max):
-        lines.append(("backward-max", g.backward_max * g.scale, f"backward's largest |x| at this scale"))
+        lines.append(("backward-max", g.backward_max * g.scale, "backward's largest |x| at this scale"))
     lost = sum(1 for p in g.points if p.underflow)
     facts = [f"{len(g.points)} parameters' gradients from the float32 step on {esc(g.inputs_from)}, at loss scale "
              f"{_scale(g.scale)} as the {esc(g.regime)} backward holds them in {esc(fmt.long_name)}",

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError
-from ..finding import Finding
 from ..pipeline import exit_code_of
 from ..result import AuditResult
 from .regimes import regime_named

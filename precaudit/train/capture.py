@@ -57,11 +57,21 @@ def capture_pair(setup: TrainSetup, regime: Regime, hooks: Any = None) -> tuple[
             _module_of(setup, regime, twin, _flat(setup, regime, False)))
 
 
+def _converted_to(regime: Regime | None, wide: bool) -> torch.dtype | None:
+    """The dtype the model and its float inputs are converted to before capture: float64 (wide), the low dtype of
+    a pure regime, or None (float32 as given: the reference, and autocast, which casts inside the program)."""
+    if wide:
+        return torch.float64
+    if regime is not None and not regime.autocast:
+        return LOW[regime.low]
+    return None
+
+
 def _flat(setup: TrainSetup, regime: Regime | None, wide: bool) -> list[Any]:
-    if wide or regime is not None and not regime.autocast:
-        low = torch.float64 if wide else LOW[regime.low]
-        return [a.to(low) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in setup.flat]
-    return list(setup.flat)
+    low = _converted_to(regime, wide)
+    if low is None:
+        return list(setup.flat)
+    return [a.to(low) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in setup.flat]
 
 
 def _cast(setup: TrainSetup, regime: Regime, program) -> None:
@@ -75,8 +85,8 @@ def _export(setup: TrainSetup, regime: Regime | None, hooks: Any, wide: bool):
     with user_code(setup.spec, "copying the model (copy.deepcopy)"):
         model = copy.deepcopy(setup.model)
     flat = _flat(setup, regime, wide)
-    if wide or regime is not None and not regime.autocast:
-        low = torch.float64 if wide else LOW[regime.low]
+    low = _converted_to(regime, wide)
+    if low is not None:
         with user_code(setup.spec, f"converting the model with model.to({low})"):
             model = model.to(low)
     if hooks is not None:

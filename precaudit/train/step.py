@@ -177,10 +177,10 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
     doubtful = {p.name for p in result.params if p.cosine is not None and p.cosine < NOISE_CHECK_COSINE}
     if doubtful:
         wide = float64_gradients(setup, seed, doubtful)
-        for p in result.params:
-            if p.name in wide:
-                g = ref_grads[p.name]
-                p.ref_cosine_f64 = None if g is None else _agreement(wide[p.name], g)[0]
+        for stats in result.params:
+            g = ref_grads.get(stats.name)
+            if stats.name in wide and g is not None:
+                stats.ref_cosine_f64 = _agreement(wide[stats.name], g)[0]
     if regime.low == "fp16":
         result.window = _window(ref_grads, result.backward_low_max, low)
     return result
