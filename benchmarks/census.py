@@ -1,0 +1,324 @@
+"""The precision census page (docs/census.md): render it from the sweep's rows, read its data back, compare two runs.
+
+The page is generated, never edited: its table and its summary are rendered from the rows the sweep measured, and
+those rows (with the versions they were measured with) are embedded at the end of the page as JSON in an HTML
+comment, so `--census-check` and tests/test_census.py can re-render the page from the page itself. Pure Python:
+importing this module needs neither torch nor onnx.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections import Counter, defaultdict
+
+__all__ = ["escape_cell", "render", "read_data", "data_of", "differences", "CONVERTERS", "STATIC_DTYPES",
+           "DATA_START", "DATA_END", "verdict_of_converter",
+           "renders_itself"]
+
+STATIC_DTYPES = ("fp16", "bf16", "fp8-e4m3")
+CONVERTERS = ("onnxconverter-common", "modelopt", "onnxruntime")
+DATA_START = "<!-- census-data"
+DATA_END = "census-data -->"
+VERSION_ORDER = ("python", "torch", "transformers", "onnx", "onnxscript", "onnxruntime", "onnxconverter-common",
+                 "precaudit")
+# Only this line changes between two runs of the same code on the same versions: a check ignores it.
+TIMING_PREFIX = "Run: "
+
+
+# ---- escaping: every string a model or an exception supplies goes through here before it reaches the table ----
+
+def escape_cell(text: object) -> str:
+    """One table cell's text, inert in Markdown and HTML: a pipe would end the cell, a backtick open code, a `<` a
+    tag, a newline the row; `&` first so the entities written here stay as written."""
+    text = str(text).replace("&", "&amp;")
+    text = re.sub(r"\s*[\r\n]+\s*", " ", text)
+    text = text.replace("<", "&lt;").replace(">", "&gt;")
+    return re.sub(r"([\\`*_\[\]|#])", r"\\\1", text)
+
+
+def _json_for_comment(data: dict) -> str:
+    """The data as JSON that cannot end the HTML comment it sits in (`--` never appears: `-` is written \\u002d
+    only inside strings, where JSON allows it)."""
+    text = json.dumps(data, indent=1, sort_keys=True, ensure_ascii=True)
+    return text.replace("--", "-\\u002d").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+# ---- cells ----------------------------------------------------------------------------------------------------
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{rule}×{n}" if n > 1 else rule for rule, n in sorted(counts.items())) or "—"
+
+
+def audit_cell(value: dict | None) -> str:
+    """An audit's cell: the rules and how often each fired, '—' for none; or why there is no audit."""
+    if value is None:
+        return "not run"
+    if "failed" in value:
+        return "FAILED: " + escape_cell(value["failed"])
+    if "error" in value:
+        return "error: " + escape_cell(value["error"])
+    return escape_cell(_counts(value["counts"]))
+
+
+def verdict_of_converter(plain: dict | None, converted: dict | None) -> str | None:
+    """'breaks' when the converter's audit flags a (rule, node) the plain fp16 audit does not, or any finding of
+    severity error; 'keeps' otherwise; None where either audit did not run."""
+    if not plain or not converted or "sites" not in plain or "sites" not in converted:
+        return None
+    plain_sites = {tuple(s) for s in plain["sites"]}
+    new = [s for s in converted["sites"] if tuple(s) not in plain_sites]
+    return "breaks" if new or converted.get("errors", 0) else "keeps"
+
+
+def _new_rules(plain: dict, converted: dict) -> list[str]:
+    plain_sites = {tuple(s) for s in plain["sites"]}
+    return sorted({s[0] for s in converted["sites"] if tuple(s) not in plain_sites})
+
+
+def converter_cells(row: dict) -> tuple[str, str]:
+    """(the converters whose default conversion breaks the model, with the rules that appear; those that keep it)."""
+    breaks, keeps = [], []
+    for name in CONVERTERS:
+        converted = row.get("converters", {}).get(name)
+        verdict = verdict_of_converter(row.get("fp16"), converted)
+        if verdict is None:
+            reason = audit_cell(converted) if converted and "counts" not in converted else "not run"
+            breaks.append(f"{name}: {reason}")
+        elif verdict == "breaks":
+            why = _new_rules(row["fp16"], converted)
+            errors = converted.get("errors", 0)
+            detail = ", ".join(why + ([f"{errors} error(s)"] if errors else []))
+            breaks.append(f"{name} ({escape_cell(detail)})")
+        else:
+            keeps.append(name)
+    return "; ".join(breaks) or "—", ", ".join(keeps) or "—"
+
+
+def keep_list_cell(value: dict | None) -> str:
+    """'kept / blocking its op types' (node counts), or why there is none."""
+    if value is None:
+        return "not run"
+    if "failed" in value or "error" in value:
+        return audit_cell(value)
+    if not value["kept"]:
+        return "0"
+    types = ", ".join(f"{t} {n}" for t, n in sorted(value["op_types"].items()))
+    return f"{value['kept']} / {value['blocked']} ({escape_cell(types)})"
+
+
+def fix_cell(value: dict | None) -> str:
+    """What `fix` did (repairs written, withheld beyond its float32 gate, findings it leaves to a keep-list), its
+    exit code, and whether the model it wrote re-audits clean at fp16."""
+    if value is None:
+        return "not run"
+    if "failed" in value or "error" in value:
+        return audit_cell(value)
+    done = f"{value['repairs']} written, {value['withheld']} withheld, {value['left']} left (exit {value['exit']})"
+    if not value["written"]:
+        return f"{done}: no model written"
+    after = value["after"]
+    if "counts" not in after:
+        return f"{done}: re-audit {audit_cell(after)}"
+    verdict = "clean" if value["clean"] else f"not clean: {escape_cell(_counts(after['counts']))}"
+    return f"{done}: {verdict}"
+
+
+# ---- the page -------------------------------------------------------------------------------------------------
+
+_HEADER = ("| architecture | family | exporter | fp16 | bf16 | fp8-e4m3 | traced fp16 | converter breaks it | "
+           "converter keeps it | keep-list: kept / op-block | fix |")
+
+
+def table(rows: list[dict]) -> list[str]:
+    lines = [_HEADER, "|" + "---|" * _HEADER.count(" | ") + "---|"]
+    for row in rows:
+        first = [escape_cell(row["architecture"]), escape_cell(row["family"]), escape_cell(row["exporter"])]
+        if "not_exported" in row:
+            cells = first + ["not exported: " + escape_cell(row["not_exported"])] + [""] * 7
+        else:
+            breaks, keeps = converter_cells(row)
+            cells = first + [audit_cell(row.get(d)) for d in STATIC_DTYPES] + [audit_cell(row.get("trace")),
+                                                                                breaks, keeps,
+                                                                                keep_list_cell(row.get("keep_list")),
+                                                                                fix_cell(row.get("fix"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _audited(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if "not_exported" not in r]
+
+
+def _by_family(rows: list[dict]) -> dict[str, list[dict]]:
+    families: dict[str, list[dict]] = defaultdict(list)
+    for row in _audited(rows):
+        families[row["family"]].append(row)
+    return dict(sorted(families.items()))
+
+
+def _fired(rows: list[dict], mode: str) -> Counter:
+    """How many of rows fire each rule in mode."""
+    seen: Counter = Counter()
+    for row in rows:
+        value = row.get(mode) or {}
+        seen.update(value.get("counts", {}).keys())
+    return seen
+
+
+def _rule_list(fired: Counter, total: int) -> str:
+    return ", ".join(f"{rule} {n}/{total}" for rule, n in sorted(fired.items(), key=lambda kv: (-kv[1], kv[0]))) \
+        or "none"
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """The patterns, counted from the rows: per family, which rules fire at each dtype, which converters break it,
+    how large its keep-lists are against blocking the op types, and how often `fix` re-audits clean."""
+    lines = []
+    audited = _audited(rows)
+    not_exported = len(rows) - len(audited)
+    lines.append(f"{len(audited)} exports audited ({len({r['architecture'] for r in audited})} architectures), "
+                 f"{not_exported} export(s) that failed; counts are exports (one per architecture and exporter), "
+                 "\"PA208 9/14\" = 9 of the family's 14 exports fire PA208.")
+    lines.append("")
+    for family, members in _by_family(rows).items():
+        total = len(members)
+        lines.append(f"- **{escape_cell(family)}** ({total} exports)")
+        for mode in STATIC_DTYPES + ("trace",):
+            label = "traced fp16" if mode == "trace" else mode
+            lines.append(f"    - {label}: {_rule_list(_fired(members, mode), total)}")
+        broken = []
+        for name in CONVERTERS:
+            verdicts = [verdict_of_converter(r.get("fp16"), r.get("converters", {}).get(name)) for r in members]
+            new = Counter(rule for r in members
+                          if verdict_of_converter(r.get("fp16"), r.get("converters", {}).get(name)) == "breaks"
+                          for rule in _new_rules(r["fp16"], r["converters"][name]))
+            why = f" (new: {_rule_list(new, total)})" if new else ""
+            broken.append(f"{name} {verdicts.count('breaks')}/{total}{why}")
+        lines.append("    - converter default breaks it: " + "; ".join(broken))
+        lists = [r["keep_list"] for r in members if r.get("keep_list") and "kept" in r["keep_list"]]
+        if lists:
+            needing = [k for k in lists if k["kept"]]
+            types = Counter(t for k in needing for t in k["op_types"])
+            sizes = ", ".join(f"{k['kept']}/{k['blocked']}" for k in needing) or "—"
+            kept_types = ", ".join(f"{t} {n}" for t, n in sorted(types.items(), key=lambda kv: (-kv[1], kv[0])))
+            median = (f"; median {statistics.median(k['kept'] for k in needing):g} kept against "
+                      f"{statistics.median(k['blocked'] for k in needing):g} by op type") if needing else ""
+            lines.append(f"    - keep-list for onnxruntime: {len(needing)}/{len(lists)} need one (kept/op-block: "
+                         f"{sizes}{median}); op types kept: {kept_types or 'none'}")
+        fixes = [r["fix"] for r in members if r.get("fix") and "written" in r["fix"]]
+        if fixes:
+            written = [f for f in fixes if f["written"]]
+            clean = sum(1 for f in written if f.get("clean"))
+            lines.append(f"    - fix: wrote {len(written)}/{len(fixes)}, of which {clean} re-audit clean at fp16")
+    return lines
+
+
+def render(data: dict) -> str:
+    """The whole page from the data: the header, the table, the summary, and the data itself."""
+    meta = data["meta"]
+    # in a fixed order, not the data's: the embedded JSON sorts its keys, and a page must render the same from it
+    order = sorted(meta["versions"], key=lambda k: (VERSION_ORDER.index(k) if k in VERSION_ORDER else 99, k))
+    versions = ", ".join(f"{k} {escape_cell(meta['versions'][k])}" for k in order)
+    scope = meta["scope"]
+    lines = [
+        "# Precision census",
+        "",
+        "Generated by `python benchmarks/architecture_sweep.py --census docs/census.md`; do not edit by hand. "
+        "`--census-check docs/census.md` reruns the sweep and exits 1 if any row differs from this page.",
+        "",
+        f"**Scope: {escape_cell(scope)}.**",
+        "",
+        f"Versions: {versions}; precaudit commit {escape_cell(meta['commit'])}.",
+        "",
+        f"Machine: {escape_cell(meta['machine'])}.",
+        "",
+        f"{TIMING_PREFIX}{escape_cell(meta['date'])}, the sweep took {meta['seconds'] / 60:.1f} min "
+        f"(`--jobs {meta['jobs']}`).",
+        "",
+        "## How each column is measured",
+        "",
+        "Each architecture is a tiny random-init transformers model (`benchmarks/architecture_sweep.py`: hidden "
+        "size 32, two layers, seeded with `torch.manual_seed(0)`), exported in float32 by the TorchScript exporter "
+        "(opset 17) and by the dynamo exporter. Every export is audited in one child process, through the Python "
+        "API (`precaudit.audit`, `keep_list`, `fix`, with no pyproject); a child that crashes or times out is "
+        "reported as FAILED in its row, and the sweep goes on.",
+        "",
+        "- **fp16, bf16, fp8-e4m3**: the static audit, `precaudit MODEL --dtype D`; each rule with the number of "
+        "sites it fired at (`—`: no finding).",
+        "- **traced fp16**: `--trace --dtype fp16` on **synthesized inputs** (N(0, 1) values, random token ids; "
+        "seed 0), not real data: a traced finding here is what random inputs reach.",
+        "- **converter breaks it / keeps it**: `--converter C` (fp16) for onnxconverter-common, modelopt and "
+        "onnxruntime: the audit of the model that converter's *default* conversion writes "
+        "([Converters](converters.md)). A converter **breaks** the model when its audit has a finding at a "
+        "(rule, node) the plain fp16 audit does not have, or any finding of severity error; the rules in brackets "
+        "are those new ones. Otherwise it **keeps** it: the conversion adds nothing to what plain fp16 has.",
+        "- **keep-list: kept / op-block**: `precaudit keep-list MODEL --for onnxruntime` (static, its snippet run "
+        "with the real converter): the number of nodes it keeps in float32, against the number of nodes an "
+        "`op_block_list` of the same op types keeps (every node of those types in the graph), with the op types "
+        "and their node counts. `0`: no node needs keeping.",
+        "- **fix**: `precaudit fix MODEL -o OUT` at fp16 ([Fixing a model](fix.md)), its float32 gate on "
+        "synthesized inputs (so a model written with every repair passing exits 3): the repairs written, those "
+        "withheld (beyond `--tolerance 1e-3` in float32: exit 1), the findings it leaves to a keep-list (a float32 "
+        "model's norm chain), its exit code, and whether OUT re-audits **clean** at fp16: no finding of severity "
+        "error or warning (info findings do not count).",
+        "",
+        "## What the rows show",
+        "",
+        *summary(data["rows"]),
+        "",
+        "## The rows",
+        "",
+        *table(data["rows"]),
+        "",
+        DATA_START,
+        _json_for_comment(data),
+        DATA_END,
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# ---- reading a page back and comparing two runs --------------------------------------------------------------
+
+
+def data_of(page: str) -> dict:
+    """The data a page embeds (ValueError where it has none)."""
+    start, end = page.rfind(DATA_START), page.rfind(DATA_END)
+    if start < 0 or end < start:
+        raise ValueError("no census data block in the page")
+    return json.loads(page[start + len(DATA_START):end])
+
+
+def read_data(path) -> dict:
+    from pathlib import Path
+    return data_of(Path(path).read_text(encoding="utf-8"))
+
+
+def renders_itself(page: str) -> bool:
+    """Whether the page is exactly what its embedded data renders to (no hand edit since it was generated)."""
+    return render(data_of(page)) == page
+
+
+def _key(row: dict) -> tuple[str, str]:
+    return row["architecture"], row["exporter"]
+
+
+def differences(old: dict, new: dict) -> list[str]:
+    """What differs between two runs' data, except the timing, the commit and the machine (the run, not its
+    results): the scope, the versions, and each row that is in one only or differs, as the table prints it."""
+    found = []
+    for field in ("scope", "versions"):
+        if old["meta"].get(field) != new["meta"].get(field):
+            found.append(f"{field}: page {old['meta'].get(field)!r}, rerun {new['meta'].get(field)!r}")
+    old_rows, new_rows = {_key(r): r for r in old["rows"]}, {_key(r): r for r in new["rows"]}
+    for key in sorted(set(old_rows) | set(new_rows)):
+        before, after = old_rows.get(key), new_rows.get(key)
+        if before == after:
+            continue
+        found.append(f"{key[0]} {key[1]}:")
+        found.append("  page:  " + (table([before])[2] if before else "(no row)"))
+        found.append("  rerun: " + (table([after])[2] if after else "(no row)"))
+    return found
