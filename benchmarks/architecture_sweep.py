@@ -322,7 +322,6 @@ def _row(name: str, exporter: str, values: dict) -> dict:
 
 def _meta(scope: str, seconds: float, jobs: int) -> dict:
     """What the rows were measured with: the versions, precaudit's commit, the machine, and the run's timing."""
-    import datetime
     import importlib.metadata as metadata
     import os
     import platform
@@ -343,8 +342,12 @@ def _meta(scope: str, seconds: float, jobs: int) -> dict:
                             "benchmarks/census.py"], capture_output=True, text=True).stdout.strip()
     return {"versions": versions, "commit": (commit or "unknown") + (" (with uncommitted changes)" if dirty else ""),
             "machine": f"{os.cpu_count()} CPU cores ({platform.machine()}, {platform.system()}), shared",
-            "scope": scope, "seconds": round(seconds, 1), "jobs": jobs,
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+            "scope": scope, "seconds": round(seconds, 1), "jobs": jobs, "date": _now()}
+
+
+def _now() -> str:
+    import datetime
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def run_census(names: list[str], page: Path, jobs: int, folder: Path, subset: bool) -> dict:
@@ -357,6 +360,7 @@ def run_census(names: list[str], page: Path, jobs: int, folder: Path, subset: bo
     scope = (f"a subset: {len(names)} of the sweep's {everything} architectures ({', '.join(names)})" if subset
              else f"all {everything} architectures of the sweep (TEXT, VISION and AUDIO)")
     rows: list[dict] = []
+    meta = _meta(scope, 0.0, jobs)  # the commit and versions as the run starts (a commit during the run is not it)
 
     def one(name: str) -> list[dict]:
         status = _export(name, folder, False)
@@ -375,7 +379,8 @@ def run_census(names: list[str], page: Path, jobs: int, folder: Path, subset: bo
         for done, found in enumerate(pool.map(one, names), 1):
             rows += found
             partial = scope if done == len(names) else f"INCOMPLETE run, {done} of {len(names)} done so far: {scope}"
-            data = {"meta": _meta(partial, time.monotonic() - start, jobs), "rows": rows}
+            meta.update(scope=partial, seconds=round(time.monotonic() - start, 1), date=_now())
+            data = {"meta": dict(meta), "rows": rows}
             page.parent.mkdir(parents=True, exist_ok=True)
             page.write_text(census.render(data), encoding="utf-8")
     return data
