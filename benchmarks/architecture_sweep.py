@@ -13,12 +13,20 @@ precaudit command line, also in its own process:
                     list: the first must be clean, the second must find what the static audit predicted
 
 It prints a line per export: the rule ids and counts per mode, any error, and a traceback as FAILED. With
+--census PAGE it writes the precision census instead (docs/census.md; rendered by benchmarks/census.py): each export
+gets one child process that runs every mode through the Python API (fp16, bf16 and fp8-e4m3 static audits, traced
+fp16, the three converters, `keep-list --for onnxruntime`, `fix` and the re-audit of what it wrote), a crash or a
+timeout is FAILED in that row, and the page is rewritten after each architecture (an interrupted run leaves a page
+that says how far it got). --census-check PAGE reruns the architectures PAGE holds and exits 1, printing the rows,
+where the data differs (the timing and the commit are not data). With
 --dynamic, text models are exported with (input_ids, attention_mask) and dynamic batch and sequence instead. The
 exports go in a temporary folder (or --keep DIR). Needs torch, transformers, onnxscript and onnxruntime; the
 session that added it ran 47 architectures (docs/analysis.md, "Validation on real exports").
 
     python benchmarks/architecture_sweep.py [--only LlamaModel,T5EncoderModel] [--dynamic] [--converters]
                                             [--keep-list] [--jobs 2] [--keep DIR]
+    python benchmarks/architecture_sweep.py --census docs/census.md [--only ...] [--jobs 1]
+    python benchmarks/architecture_sweep.py --census-check docs/census.md
 """
 
 from __future__ import annotations
