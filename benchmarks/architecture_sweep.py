@@ -207,7 +207,8 @@ def _audit_value(report, folder: str) -> dict:
     findings = report.findings
     sites = sorted({(f.rule_id, f.node_name) for f in findings})
     return {"counts": dict(sorted(collections.Counter(f.rule_id for f in findings).items())),
-            "sites": [list(s) for s in sites], "errors": sum(f.severity == "error" for f in findings)}
+            "sites": [list(s) for s in sites], "errors": sum(f.severity == "error" for f in findings),
+            "warnings": sum(f.severity == "warning" for f in findings)}
 
 
 def _keep_list_value(path: str) -> dict:
@@ -215,7 +216,9 @@ def _keep_list_value(path: str) -> dict:
 
     keep = precaudit.keep_list(path, "onnxruntime", config=None)
     counts = keep.op_type_counts()
-    return {"kept": len(keep.nodes), "blocked": sum(counts.values()), "op_types": counts, "exit": keep.exit_code}
+    rules = sorted({f.rule_id for e in keep.entries if not e.dropped and e.nodes for f in e.findings})
+    return {"kept": len(keep.nodes), "blocked": sum(counts.values()), "op_types": counts, "exit": keep.exit_code,
+            "rules": rules}
 
 
 def _fix_value(path: str, folder: str) -> dict:
@@ -224,6 +227,7 @@ def _fix_value(path: str, folder: str) -> dict:
     out = str(Path(path).with_suffix(".fixed.onnx"))
     result = precaudit.fix(path, out, config=None)
     value = {"exit": result.exit_code, "written": result.written, "repairs": len(result.plan.repairs),
+             "to_repair": sum(f.severity in ("error", "warning") for f in result.before),
              "withheld": len(result.withheld), "left": len(result.plan.skipped)}
     if result.written:
         report = precaudit.audit(out, "fp16", config=None)
@@ -249,7 +253,9 @@ def census_one(path: str) -> None:
             with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
                 warnings.simplefilter("ignore")
                 value = run()
-        except Exception as exc:  # an exception the API lets out is a bug in precaudit: the census says so
+        except precaudit.InputError as exc:  # what the command line reports with exit 2: a limitation, not a crash
+            value = {"error": _short(exc, folder)}
+        except Exception as exc:  # any other exception the API lets out is a bug in precaudit: the census says so
             value = {"failed": _short(exc, folder)}
         print(json.dumps({"mode": mode, "value": value}), flush=True)
 

@@ -29,11 +29,16 @@ TIMING_PREFIX = "Run: "
 
 # ---- escaping: every string a model or an exception supplies goes through here before it reaches the table ----
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def escape_cell(text: object) -> str:
     """One table cell's text, inert in Markdown and HTML: a pipe would end the cell, a backtick open code, a `<` a
     tag, a newline the row; `&` first so the entities written here stay as written."""
-    text = str(text).replace("&", "&amp;")
+    text = _ANSI.sub("", str(text)).replace("&", "&amp;")  # exporters colour their messages
     text = re.sub(r"\s*[\r\n]+\s*", " ", text)
+    text = _CONTROL.sub("?", text)
     text = text.replace("<", "&lt;").replace(">", "&gt;")
     return re.sub(r"([\\`*_\[\]|#])", r"\\\1", text)
 
@@ -98,7 +103,7 @@ def converter_cells(row: dict) -> tuple[str, str]:
 
 
 def keep_list_cell(value: dict | None) -> str:
-    """'kept / blocking its op types' (node counts), or why there is none."""
+    """'kept / blocking its op types' (node counts), the op types and the rules the list is for; or why none."""
     if value is None:
         return "not run"
     if "failed" in value or "error" in value:
@@ -106,7 +111,8 @@ def keep_list_cell(value: dict | None) -> str:
     if not value["kept"]:
         return "0"
     types = ", ".join(f"{t} {n}" for t, n in sorted(value["op_types"].items()))
-    return f"{value['kept']} / {value['blocked']} ({escape_cell(types)})"
+    rules = ", ".join(value.get("rules", []))
+    return f"{value['kept']} / {value['blocked']} ({escape_cell(types)}) for {escape_cell(rules or 'no rule')}"
 
 
 def fix_cell(value: dict | None) -> str:
@@ -116,6 +122,8 @@ def fix_cell(value: dict | None) -> str:
         return "not run"
     if "failed" in value or "error" in value:
         return audit_cell(value)
+    if not value.get("to_repair") and not value["written"]:
+        return f"nothing to repair (exit {value['exit']})"
     done = f"{value['repairs']} written, {value['withheld']} withheld, {value['left']} left (exit {value['exit']})"
     if not value["written"]:
         return f"{done}: no model written"
@@ -173,46 +181,89 @@ def _rule_list(fired: Counter, total: int) -> str:
         or "none"
 
 
-def summary(rows: list[dict]) -> list[str]:
-    """The patterns, counted from the rows: per family, which rules fire at each dtype, which converters break it,
-    how large its keep-lists are against blocking the op types, and how often `fix` re-audits clean."""
-    lines = []
+def _families_firing(rows: list[dict], mode: str, rule: str) -> str:
+    parts = []
+    for family, members in _by_family(rows).items():
+        n = sum(1 for r in members if rule in (r.get(mode) or {}).get("counts", {}))
+        if n:
+            parts.append(f"{escape_cell(family)} {n}/{len(members)}")
+    return "; ".join(parts)
+
+
+def headline(rows: list[dict]) -> list[str]:
+    """Each rule that fires anywhere, per dtype: on how many exports, and in which families."""
     audited = _audited(rows)
-    not_exported = len(rows) - len(audited)
-    lines.append(f"{len(audited)} exports audited ({len({r['architecture'] for r in audited})} architectures), "
-                 f"{not_exported} export(s) that failed; counts are exports (one per architecture and exporter), "
-                 "\"PA208 9/14\" = 9 of the family's 14 exports fire PA208.")
-    lines.append("")
+    lines = []
+    for mode in STATIC_DTYPES + ("trace",):
+        label = "traced fp16" if mode == "trace" else mode
+        fired = _fired(audited, mode)
+        if not fired:
+            lines.append(f"- {label}: no rule fires on any export")
+        for rule, n in sorted(fired.items(), key=lambda kv: (-kv[1], kv[0])):
+            lines.append(f"- {label}: **{rule}** on {n} of {len(audited)} exports: {_families_firing(audited, mode, rule)}")
+    return lines
+
+
+def _converter_line(members: list[dict]) -> str:
+    total, broken = len(members), []
+    for name in CONVERTERS:
+        breaking = [r for r in members
+                    if verdict_of_converter(r.get("fp16"), r.get("converters", {}).get(name)) == "breaks"]
+        new = Counter(rule for r in breaking for rule in _new_rules(r["fp16"], r["converters"][name]))
+        errors = sum(1 for r in breaking if r["converters"][name].get("errors"))
+        why = [f"{rule} {n}" for rule, n in sorted(new.items())] + ([f"errors {errors}"] if errors else [])
+        broken.append(f"{name} {len(breaking)}/{total}" + (f" ({', '.join(why)})" if why else ""))
+    return "converter's default breaks it: " + "; ".join(broken)
+
+
+def _keep_list_line(members: list[dict]) -> str | None:
+    lists = [r["keep_list"] for r in members if r.get("keep_list") and "kept" in r["keep_list"]]
+    if not lists:
+        return None
+    needing = [k for k in lists if k["kept"]]
+    if not needing:
+        return f"keep-list for onnxruntime: none of {len(lists)} needs one"
+    rules = Counter(rule for k in needing for rule in k.get("rules", []))
+    types = Counter(t for k in needing for t in k["op_types"])
+    kept, blocked = sum(k["kept"] for k in needing), sum(k["blocked"] for k in needing)
+    return (f"keep-list for onnxruntime: {len(needing)}/{len(lists)} need one, for "
+            f"{_rule_list(rules, len(needing))}; {kept} nodes kept in all against {blocked} by blocking their op "
+            f"types (median {statistics.median(k['kept'] for k in needing):g} against "
+            f"{statistics.median(k['blocked'] for k in needing):g}); op types kept: {_rule_list(types, len(needing))}")
+
+
+def _fix_line(members: list[dict]) -> str | None:
+    fixes = [r["fix"] for r in members if r.get("fix") and "written" in r["fix"]]
+    if not fixes:
+        return None
+    needing = [f for f in fixes if f.get("to_repair")]
+    if not needing:
+        return f"fix: nothing to repair in any of {len(fixes)}"
+    written = [f for f in needing if f["written"]]
+    clean = sum(1 for f in written if f.get("clean"))
+    withheld, left = sum(f["withheld"] for f in needing), sum(f["left"] for f in needing)
+    return (f"fix: {len(needing)}/{len(fixes)} have error or warning findings; it wrote a model for "
+            f"{len(written)} of them, {clean} of which re-audit clean at fp16 ({withheld} repairs withheld beyond "
+            f"the float32 gate, {left} findings left to a keep-list, in all)")
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """The patterns, counted from the rows: which rules fire where, and per family which converters break it, how
+    large its keep-lists are against blocking the op types, and how often `fix` re-audits clean."""
+    audited = _audited(rows)
+    lines = [f"{len(audited)} exports audited ({len({r['architecture'] for r in audited})} architectures), "
+             f"{len(rows) - len(audited)} export(s) that failed. Counts are exports (one per architecture and "
+             "exporter): \"PA208 9/14\" is 9 of the family's 14 exports.", "", "### Which rules fire where", "",
+             *headline(rows), "", "### By family", ""]
     for family, members in _by_family(rows).items():
         total = len(members)
-        lines.append(f"- **{escape_cell(family)}** ({total} exports)")
+        lines.append(f"- **{escape_cell(family)}** ({total} exports: "
+                     f"{escape_cell(', '.join(dict.fromkeys(r['architecture'] for r in members)))})")
         for mode in STATIC_DTYPES + ("trace",):
             label = "traced fp16" if mode == "trace" else mode
             lines.append(f"    - {label}: {_rule_list(_fired(members, mode), total)}")
-        broken = []
-        for name in CONVERTERS:
-            verdicts = [verdict_of_converter(r.get("fp16"), r.get("converters", {}).get(name)) for r in members]
-            new = Counter(rule for r in members
-                          if verdict_of_converter(r.get("fp16"), r.get("converters", {}).get(name)) == "breaks"
-                          for rule in _new_rules(r["fp16"], r["converters"][name]))
-            why = f" (new: {_rule_list(new, total)})" if new else ""
-            broken.append(f"{name} {verdicts.count('breaks')}/{total}{why}")
-        lines.append("    - converter default breaks it: " + "; ".join(broken))
-        lists = [r["keep_list"] for r in members if r.get("keep_list") and "kept" in r["keep_list"]]
-        if lists:
-            needing = [k for k in lists if k["kept"]]
-            types = Counter(t for k in needing for t in k["op_types"])
-            sizes = ", ".join(f"{k['kept']}/{k['blocked']}" for k in needing) or "—"
-            kept_types = ", ".join(f"{t} {n}" for t, n in sorted(types.items(), key=lambda kv: (-kv[1], kv[0])))
-            median = (f"; median {statistics.median(k['kept'] for k in needing):g} kept against "
-                      f"{statistics.median(k['blocked'] for k in needing):g} by op type") if needing else ""
-            lines.append(f"    - keep-list for onnxruntime: {len(needing)}/{len(lists)} need one (kept/op-block: "
-                         f"{sizes}{median}); op types kept: {kept_types or 'none'}")
-        fixes = [r["fix"] for r in members if r.get("fix") and "written" in r["fix"]]
-        if fixes:
-            written = [f for f in fixes if f["written"]]
-            clean = sum(1 for f in written if f.get("clean"))
-            lines.append(f"    - fix: wrote {len(written)}/{len(fixes)}, of which {clean} re-audit clean at fp16")
+        extra = [_converter_line(members), _keep_list_line(members), _fix_line(members)]
+        lines += [f"    - {line}" for line in extra if line]
     return lines
 
 

@@ -46,6 +46,7 @@ def test_a_hostile_name_is_escaped():
     assert "|" not in cell.replace("\\|", "") and "`" not in cell.replace("\\`", "")
     assert "<" not in cell and "\n" not in cell
     assert cell == "a\\|b\\`&lt;script&gt;\\` x"
+    assert census.escape_cell("\x1b[96mstep\x1b[0m\x07") == "step?"  # an exporter's colours, a control character
 
 
 def test_a_hostile_name_neither_breaks_the_table_nor_ends_the_data_comment():
