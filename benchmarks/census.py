@@ -253,7 +253,7 @@ def summary(rows: list[dict]) -> list[str]:
     audited = _audited(rows)
     lines = [f"{len(audited)} exports audited ({len({r['architecture'] for r in audited})} architectures), "
              f"{len(rows) - len(audited)} export(s) that failed. Counts are exports (one per architecture and "
-             "exporter): \"PA208 9/14\" is 9 of the family's 14 exports.", "", "### Which rules fire where", "",
+             "exporter): a rule followed by n/m fires on n of the family's m exports.", "", "### Which rules fire where", "",
              *headline(rows), "", "### By family", ""]
     for family, members in _by_family(rows).items():
         total = len(members)
