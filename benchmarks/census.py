@@ -115,6 +115,12 @@ def keep_list_cell(value: dict | None) -> str:
     return f"{value['kept']} / {value['blocked']} ({escape_cell(types)}) for {escape_cell(rules or 'no rule')}"
 
 
+def _fix_had_work(value: dict) -> bool:
+    """Whether fix found anything to repair (a repair written or withheld, or a finding it leaves to a keep-list):
+    it repairs info findings too (a mask fill, PA209), so the findings' severities do not say."""
+    return bool(value["written"] or value["repairs"] or value["withheld"] or value["left"])
+
+
 def fix_cell(value: dict | None) -> str:
     """What `fix` did (repairs written, withheld beyond its float32 gate, findings it leaves to a keep-list), its
     exit code, and whether the model it wrote re-audits clean at fp16."""
@@ -122,7 +128,7 @@ def fix_cell(value: dict | None) -> str:
         return "not run"
     if "failed" in value or "error" in value:
         return audit_cell(value)
-    if not value.get("to_repair") and not value["written"]:
+    if not _fix_had_work(value):
         return f"nothing to repair (exit {value['exit']})"
     done = f"{value['repairs']} written, {value['withheld']} withheld, {value['left']} left (exit {value['exit']})"
     if not value["written"]:
@@ -236,13 +242,13 @@ def _fix_line(members: list[dict]) -> str | None:
     fixes = [r["fix"] for r in members if r.get("fix") and "written" in r["fix"]]
     if not fixes:
         return None
-    needing = [f for f in fixes if f.get("to_repair")]
+    needing = [f for f in fixes if _fix_had_work(f)]
     if not needing:
         return f"fix: nothing to repair in any of {len(fixes)}"
     written = [f for f in needing if f["written"]]
     clean = sum(1 for f in written if f.get("clean"))
     withheld, left = sum(f["withheld"] for f in needing), sum(f["left"] for f in needing)
-    return (f"fix: {len(needing)}/{len(fixes)} have error or warning findings; it wrote a model for "
+    return (f"fix: something to repair in {len(needing)}/{len(fixes)}; it wrote a model for "
             f"{len(written)} of them, {clean} of which re-audit clean at fp16 ({withheld} repairs withheld beyond "
             f"the float32 gate, {left} findings left to a keep-list, in all)")
 
