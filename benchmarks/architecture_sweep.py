@@ -349,6 +349,8 @@ def _meta(scope: str, seconds: float, jobs: int) -> dict:
         except metadata.PackageNotFoundError:
             versions[package] = "not installed"
     versions["precaudit"] = precaudit.__version__
+    from precaudit.rules.loader import load_rules
+    rules = {r.id: {"name": r.name, "severity": r.severity} for r in load_rules()}  # the page names and links them
     source = Path(precaudit.__file__).resolve().parent.parent
     git = ["git", "-C", str(source)]
     commit = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -356,7 +358,7 @@ def _meta(scope: str, seconds: float, jobs: int) -> dict:
                             "benchmarks/census.py"], capture_output=True, text=True).stdout.strip()
     return {"versions": versions, "commit": (commit or "unknown") + (" (with uncommitted changes)" if dirty else ""),
             "machine": f"{os.cpu_count()} CPU cores ({platform.machine()}, {platform.system()}), shared",
-            "scope": scope, "seconds": round(seconds, 1), "jobs": jobs, "date": _now()}
+            "scope": scope, "seconds": round(seconds, 1), "jobs": jobs, "date": _now(), "rules": rules}
 
 
 def _now() -> str:

@@ -196,7 +196,17 @@ def _families_firing(rows: list[dict], mode: str, rule: str) -> str:
     return "; ".join(parts)
 
 
-def headline(rows: list[dict]) -> list[str]:
+def rule_ref(rule: str, rules: dict) -> str:
+    """A rule id linked to its page (docs/rules/PAnnn-name.md), with its name and severity, where the run recorded
+    them."""
+    known = rules.get(rule)
+    if not known:
+        return f"**{escape_cell(rule)}**"
+    name = escape_cell(known["name"])
+    return f"**[{escape_cell(rule)}](rules/{rule}-{known['name']}.md) {name}** ({escape_cell(known['severity'])})"
+
+
+def headline(rows: list[dict], rules: dict) -> list[str]:
     """Each rule that fires anywhere, per dtype: on how many exports, and in which families."""
     audited = _audited(rows)
     lines = []
@@ -206,7 +216,33 @@ def headline(rows: list[dict]) -> list[str]:
         if not fired:
             lines.append(f"- {label}: no rule fires on any export")
         for rule, n in sorted(fired.items(), key=lambda kv: (-kv[1], kv[0])):
-            lines.append(f"- {label}: **{rule}** on {n} of {len(audited)} exports: {_families_firing(audited, mode, rule)}")
+            lines.append(f"- {label}: {rule_ref(rule, rules)} on {n} of {len(audited)} exports: "
+                         f"{_families_firing(audited, mode, rule)}")
+    return lines
+
+
+def in_short(rows: list[dict]) -> list[str]:
+    """One line per family: the keep-list it needs and the rules behind it, and the converters that break it."""
+    lines = []
+    for family, members in _by_family(rows).items():
+        lists = [r["keep_list"] for r in members if r.get("keep_list") and "kept" in r["keep_list"]]
+        needing = [k for k in lists if k["kept"]]
+        if needing:
+            rules = Counter(rule for k in needing for rule in k.get("rules", []))
+            types = Counter(t for k in needing for t in k["op_types"])
+            common = [t for t, n in sorted(types.items()) if n == len(needing)]
+            keep = (f"{len(needing)} of {len(members)} exports need a keep-list ({_rule_list(rules, len(needing))}"
+                    f"; op types in every one of them: {', '.join(common) or 'none'})")
+        else:
+            keep = f"none of {len(members)} exports needs a keep-list"
+        broken = []
+        for name in CONVERTERS:
+            breaking = [r for r in members
+                        if verdict_of_converter(r.get("fp16"), r.get("converters", {}).get(name)) == "breaks"]
+            new = sorted({rule for r in breaking for rule in _new_rules(r["fp16"], r["converters"][name])})
+            if breaking:
+                broken.append(f"{name} breaks {len(breaking)}" + (f" ({', '.join(new)})" if new else ""))
+        lines.append(f"- **{escape_cell(family)}**: {keep}; " + (", ".join(broken) or "no converter breaks one"))
     return lines
 
 
@@ -253,14 +289,15 @@ def _fix_line(members: list[dict]) -> str | None:
             f"the float32 gate, {left} findings left to a keep-list, in all)")
 
 
-def summary(rows: list[dict]) -> list[str]:
+def summary(rows: list[dict], rules: dict | None = None) -> list[str]:
     """The patterns, counted from the rows: which rules fire where, and per family which converters break it, how
     large its keep-lists are against blocking the op types, and how often `fix` re-audits clean."""
     audited = _audited(rows)
     lines = [f"{len(audited)} exports audited ({len({r['architecture'] for r in audited})} architectures), "
              f"{len(rows) - len(audited)} export(s) that failed. Counts are exports (one per architecture and "
-             "exporter): a rule followed by n/m fires on n of the family's m exports.", "", "### Which rules fire where", "",
-             *headline(rows), "", "### By family", ""]
+             "exporter): a rule followed by n/m fires on n of the family's m exports.", "",
+             "### In short", "", *in_short(rows), "", "### Which rules fire where", "", *headline(rows, rules or {}), "",
+             "### By family", ""]
     for family, members in _by_family(rows).items():
         total = len(members)
         lines.append(f"- **{escape_cell(family)}** ({total} exports: "
@@ -324,7 +361,7 @@ def render(data: dict) -> str:
         "",
         "## What the rows show",
         "",
-        *summary(data["rows"]),
+        *summary(data["rows"], meta.get("rules", {})),
         "",
         "## The rows",
         "",
