@@ -13,12 +13,20 @@ precaudit command line, also in its own process:
                     list: the first must be clean, the second must find what the static audit predicted
 
 It prints a line per export: the rule ids and counts per mode, any error, and a traceback as FAILED. With
+--census PAGE it writes the precision census instead (docs/census.md; rendered by benchmarks/census.py): each export
+gets one child process that runs every mode through the Python API (fp16, bf16 and fp8-e4m3 static audits, traced
+fp16, the three converters, `keep-list --for onnxruntime`, `fix` and the re-audit of what it wrote), a crash or a
+timeout is FAILED in that row, and the page is rewritten after each architecture (an interrupted run leaves a page
+that says how far it got). --census-check PAGE reruns the architectures PAGE holds and exits 1, printing the rows,
+where the data differs (the timing and the commit are not data). With
 --dynamic, text models are exported with (input_ids, attention_mask) and dynamic batch and sequence instead. The
 exports go in a temporary folder (or --keep DIR). Needs torch, transformers, onnxscript and onnxruntime; the
 session that added it ran 47 architectures (docs/analysis.md, "Validation on real exports").
 
     python benchmarks/architecture_sweep.py [--only LlamaModel,T5EncoderModel] [--dynamic] [--converters]
                                             [--keep-list] [--jobs 2] [--keep DIR]
+    python benchmarks/architecture_sweep.py --census docs/census.md [--only ...] [--jobs 1]
+    python benchmarks/architecture_sweep.py --census-check docs/census.md
 """
 
 from __future__ import annotations
@@ -34,6 +42,9 @@ import tempfile
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
+
+import census  # benchmarks/census.py: the census page (this folder is on sys.path when the script runs)
 
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, pad_token_id=0,
              bos_token_id=0, eos_token_id=1, intermediate_size=64, vocab_size=128, max_position_embeddings=64,
@@ -160,6 +171,95 @@ def export_one(name: str, folder: str, dynamic: bool) -> None:
     print(json.dumps(status))
 
 
+# ---- the census child: every mode of one export, through the Python API -------------------------------------
+
+# Which kind of model each architecture is, for the census summary (the position encoding and the norm decide which
+# rules can fire: RoPE's cos/sin, RMSNorm's mean of squares, a CNN's BatchNorm folded into its Conv).
+FAMILIES = {
+    "text encoder, LayerNorm (BERT-like)": ["BertModel", "DistilBertModel", "RobertaModel", "DebertaV2Model",
+                                            "ElectraModel", "MPNetModel", "AlbertModel", "XLMRobertaModel"],
+    "text decoder, learned or ALiBi positions": ["GPT2Model", "OPTModel", "BloomModel"],
+    "RoPE text, LayerNorm": ["ModernBertModel", "GPTNeoXModel", "FalconModel", "PhiModel", "StableLmModel",
+                             "CohereModel", "OlmoModel"],
+    "RoPE text, RMSNorm": ["LlamaModel", "MistralModel", "Qwen2Model", "Qwen3Model", "Phi3Model", "GemmaModel",
+                           "Gemma2Model", "GraniteModel"],
+    "T5 encoder (RMSNorm, relative bias)": ["T5EncoderModel", "MT5EncoderModel"],
+    "vision transformer": ["ViTModel", "DeiTModel", "BeitModel", "Dinov2Model", "CLIPVisionModel", "SwinModel",
+                           "LevitModel", "SegformerModel", "MobileViTModel"],
+    "vision CNN": ["ConvNextModel", "ConvNextV2Model", "ResNetModel", "MobileNetV2Model", "PoolFormerModel",
+                   "RegNetModel", "EfficientNetModel"],
+    "audio encoder": AUDIO,
+}
+FAMILY_OF = {name: family for family, names in FAMILIES.items() for name in names}
+CENSUS_TIMEOUT = 1800  # seconds one export's child may take for every mode (a hung trace must not stop the sweep)
+
+
+def _short(exc: BaseException, folder: str) -> str:
+    """An exception as one line of the census, without the scratch folder (a rerun's differs)."""
+    text = (str(exc).splitlines() or [""])[0].replace(folder + "/", "").replace(folder, "")
+    return f"{type(exc).__name__}: {text[:150]}"
+
+
+def _audit_value(report, folder: str) -> dict:
+    """An audit as the census stores it: rule counts, the (rule, node) sites, how many are errors; or its error."""
+    if report.errors:
+        return {"error": _short(report.errors[0], folder)}
+    findings = report.findings
+    sites = sorted({(f.rule_id, f.node_name) for f in findings})
+    return {"counts": dict(sorted(collections.Counter(f.rule_id for f in findings).items())),
+            "sites": [list(s) for s in sites], "errors": sum(f.severity == "error" for f in findings),
+            "warnings": sum(f.severity == "warning" for f in findings)}
+
+
+def _keep_list_value(path: str) -> dict:
+    import precaudit
+
+    keep = precaudit.keep_list(path, "onnxruntime", config=None)
+    counts = keep.op_type_counts()
+    rules = sorted({f.rule_id for e in keep.entries if not e.dropped and e.nodes for f in e.findings})
+    return {"kept": len(keep.nodes), "blocked": sum(counts.values()), "op_types": counts, "exit": keep.exit_code,
+            "rules": rules}
+
+
+def _fix_value(path: str, folder: str) -> dict:
+    import precaudit
+
+    out = str(Path(path).with_suffix(".fixed.onnx"))
+    result = precaudit.fix(path, out, config=None)
+    value = {"exit": result.exit_code, "written": result.written, "repairs": len(result.plan.repairs),
+             "to_repair": sum(f.severity in ("error", "warning") for f in result.before),
+             "withheld": len(result.withheld), "left": len(result.plan.skipped)}
+    if result.written:
+        report = precaudit.audit(out, "fp16", config=None)
+        value["after"] = _audit_value(report, folder)
+        value["clean"] = not report.errors and not any(f.severity in ("error", "warning") for f in report.findings)
+    return value
+
+
+def census_one(path: str) -> None:
+    """Child process: every census mode of one export, one JSON line per mode as each finishes (a crash later on
+    loses only the modes after it)."""
+    import precaudit
+
+    folder = str(Path(path).parent)
+    modes: list[tuple[str, Callable[[], dict]]] = [
+        (d, lambda d=d: _audit_value(precaudit.audit(path, d, config=None), folder)) for d in census.STATIC_DTYPES]
+    modes.append(("trace", lambda: _audit_value(precaudit.audit(path, "fp16", trace=True, config=None), folder)))
+    modes += [(f"converter:{c}", lambda c=c: _audit_value(precaudit.audit(path, "fp16", converter=c, config=None),
+                                                            folder)) for c in census.CONVERTERS]
+    modes += [("keep_list", lambda: _keep_list_value(path)), ("fix", lambda: _fix_value(path, folder))]
+    for mode, run in modes:
+        try:
+            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+                warnings.simplefilter("ignore")
+                value = run()
+        except precaudit.InputError as exc:  # what the command line reports with exit 2: a limitation, not a crash
+            value = {"error": _short(exc, folder)}
+        except Exception as exc:  # any other exception the API lets out is a bug in precaudit: the census says so
+            value = {"failed": _short(exc, folder)}
+        print(json.dumps({"mode": mode, "value": value}), flush=True)
+
+
 # ---- the parent: audit each export --------------------------------------------------------------------------
 
 
@@ -200,6 +300,136 @@ def _keep_list_check(model: Path) -> str:
     return f"kept: {_audit(kept)} | no list: {_audit(plain)}"
 
 
+# ---- the census parent: one row per export, the page rendered as rows arrive ------------------------------------
+
+
+def _census_child(model: Path) -> dict:
+    """Run census_one on one export in its own process group; {mode: value}, every mode it did not report FAILED
+    with the reason (a crash, a timeout)."""
+    import os
+    import signal
+
+    child = subprocess.Popen([sys.executable, __file__, "--census-one", str(model)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = child.communicate(timeout=CENSUS_TIMEOUT)
+        why = f"child exited {child.returncode}: " + ((err.strip().splitlines() or [""])[-1][:150])
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)  # the child and any converter it started, by the group it leads
+        out, _ = child.communicate()
+        why = f"timed out after {CENSUS_TIMEOUT} s"
+    values = {}
+    for line in out.splitlines():
+        with contextlib.suppress(ValueError):
+            message = json.loads(line)
+            values[message["mode"]] = message["value"]
+    modes = [*census.STATIC_DTYPES, "trace", *(f"converter:{c}" for c in census.CONVERTERS), "keep_list", "fix"]
+    return {mode: values.get(mode, {"failed": why.replace(str(model.parent) + "/", "")}) for mode in modes}
+
+
+def _row(name: str, exporter: str, values: dict) -> dict:
+    row = {"architecture": name, "family": FAMILY_OF.get(name, "other"), "exporter": exporter,
+           **{k: v for k, v in values.items() if not k.startswith("converter:")}}
+    row["converters"] = {c: values[f"converter:{c}"] for c in census.CONVERTERS}
+    return row
+
+
+def _meta(scope: str, seconds: float, jobs: int) -> dict:
+    """What the rows were measured with: the versions, precaudit's commit, the machine, and the run's timing."""
+    import importlib.metadata as metadata
+    import os
+    import platform
+
+    import precaudit
+
+    versions = {"python": platform.python_version()}
+    for package in ("torch", "transformers", "onnx", "onnxscript", "onnxruntime", "onnxconverter-common"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    versions["precaudit"] = precaudit.__version__
+    from precaudit.rules.loader import load_rules
+    rules = {r.id: {"name": r.name, "severity": r.severity} for r in load_rules()}  # the page names and links them
+    source = Path(precaudit.__file__).resolve().parent.parent
+    git = ["git", "-C", str(source)]
+    commit = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run([*git, "status", "--porcelain", "--", "precaudit", "benchmarks/architecture_sweep.py",
+                            "benchmarks/census.py"], capture_output=True, text=True).stdout.strip()
+    return {"versions": versions, "commit": (commit or "unknown") + (" (with uncommitted changes)" if dirty else ""),
+            "machine": f"{os.cpu_count()} CPU cores ({platform.machine()}, {platform.system()}), shared",
+            "scope": scope, "seconds": round(seconds, 1), "jobs": jobs, "date": _now(), "rules": rules}
+
+
+def _now() -> str:
+    import datetime
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def run_census(names: list[str], page: Path, jobs: int, folder: Path, subset: bool) -> dict:
+    """Export and audit every architecture in names, writing the page after each one (an interrupted run leaves a
+    page that says how far it got); returns the data of the finished run."""
+    import time
+
+    start = time.monotonic()
+    everything = len(TEXT + VISION + AUDIO)
+    scope = (f"a subset: {len(names)} of the sweep's {everything} architectures ({', '.join(names)})" if subset
+             else f"all {everything} architectures of the sweep (TEXT, VISION and AUDIO)")
+    rows: list[dict] = []
+    meta = _meta(scope, 0.0, jobs)  # the commit and versions as the run starts (a commit during the run is not it)
+
+    def one(name: str) -> list[dict]:
+        status = _export(name, folder, False)
+        found = []
+        for exporter in ("torchscript", "dynamo"):
+            verdict = status.get(exporter, status.get("build", "not run"))
+            if verdict != "ok":
+                found.append({"architecture": name, "family": FAMILY_OF.get(name, "other"), "exporter": exporter,
+                              "not_exported": verdict})
+                continue
+            found.append(_row(name, exporter, _census_child(folder / f"{name}-{exporter}.onnx")))
+        print(f"census: {name} done ({time.monotonic() - start:.0f} s)", flush=True)
+        return found
+
+    with ThreadPoolExecutor(jobs) as pool:
+        for done, found in enumerate(pool.map(one, names), 1):
+            rows += found
+            partial = scope if done == len(names) else f"INCOMPLETE run, {done} of {len(names)} done so far: {scope}"
+            meta.update(scope=partial, seconds=round(time.monotonic() - start, 1), date=_now())
+            data = {"meta": dict(meta), "rows": rows}
+            page.parent.mkdir(parents=True, exist_ok=True)
+            page.write_text(census.render(data), encoding="utf-8")
+    return data
+
+
+def _export(name: str, folder: Path, dynamic: bool) -> dict:
+    """{exporter: "ok" | error} from export_one in its own process (or {"build": error})."""
+    run = subprocess.run([sys.executable, __file__, "--export-one", name, str(folder),
+                          "dynamic" if dynamic else "static"], capture_output=True, text=True)
+    lines = run.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if lines else {"build": run.stderr.strip()[-200:]}
+
+
+def census_main(args, folder: Path) -> int:
+    """--census PAGE writes the page; --census-check PAGE reruns the same architectures into a scratch page and
+    compares the data with PAGE's: the differing rows printed, exit 1 on any difference."""
+    names = args.only.split(",") if args.only else TEXT + VISION + AUDIO
+    if args.census_check:
+        committed = census.read_data(args.census_check)
+        if not args.only:  # rerun what the page measured, not more
+            names = list(dict.fromkeys(r["architecture"] for r in committed["rows"]))
+        subset = committed["meta"]["scope"].startswith("a subset") or "INCOMPLETE" in committed["meta"]["scope"]
+        rerun = run_census(names, folder / "census.md", args.jobs, folder, subset=bool(args.only) or subset)
+        found = census.differences(committed, rerun)
+        if not census.renders_itself(args.census_check.read_text(encoding="utf-8")):
+            found.append(f"{args.census_check}: its text is not what its own data renders to (edited by hand?)")
+        print("\n".join(found) if found else f"census matches {args.census_check}")
+        return 1 if found else 0
+    run_census(names, args.census, args.jobs, folder, subset=bool(args.only))
+    print(f"census written to {args.census}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated architectures (class names) to sweep")
@@ -208,21 +438,30 @@ def main() -> int:
     parser.add_argument("--keep-list", action="store_true", help="also run keep-list's snippet end to end")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--keep", type=Path, help="export here and keep the models")
-    parser.add_argument("--export-one", nargs=3, help=argparse.SUPPRESS)  # the child process
+    parser.add_argument("--census", type=Path, metavar="PAGE", help="write the precision census to PAGE")
+    parser.add_argument("--census-check", type=Path, metavar="PAGE",
+                        help="rerun the census PAGE holds; exit 1 if its data differs")
+    parser.add_argument("--export-one", nargs=3, help=argparse.SUPPRESS)  # the child processes
+    parser.add_argument("--census-one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.export_one:
         export_one(args.export_one[0], args.export_one[1], args.export_one[2] == "dynamic")
         return 0
+    if args.census_one:
+        census_one(args.census_one)
+        return 0
+    if args.census or args.census_check:
+        with contextlib.ExitStack() as stack:
+            folder = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="precaudit-census-")))
+            folder.mkdir(parents=True, exist_ok=True)
+            return census_main(args, folder)
     names = args.only.split(",") if args.only else (TEXT if args.dynamic else TEXT + VISION + AUDIO)
     with contextlib.ExitStack() as stack:
         folder = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="precaudit-sweep-")))
         folder.mkdir(parents=True, exist_ok=True)
 
         def export(name: str) -> tuple[str, dict]:
-            run = subprocess.run([sys.executable, __file__, "--export-one", name, str(folder),
-                                  "dynamic" if args.dynamic else "static"], capture_output=True, text=True)
-            lines = run.stdout.strip().splitlines()
-            return name, json.loads(lines[-1]) if lines else {"build": run.stderr.strip()[-200:]}
+            return name, _export(name, folder, args.dynamic)
 
         modes = [("fp16", ("--dtype", "fp16")), ("bf16", ("--dtype", "bf16")), ("trace", ("--trace",))]
         if args.converters:
