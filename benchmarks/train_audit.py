@@ -126,8 +126,8 @@ def phases(regime: str) -> list[tuple[str, float]]:
     forward = clock("forward graph capture + sites", lambda: _forward_sites(setup, reg, {}))
     clock("static training sites", lambda: static_sites(setup, reg, forward, None))
     clock("one torch.export capture (train mode)", lambda: capture(setup, reg))
-    clock("the step: 2 captures, reference, regime (emulated)", lambda: run_steps(setup, reg))
-    clock("the collapsed-row step: 2 captures + 2 steps", lambda: collapsed_row(setup, reg))
+    clock("the step: its capture, reference, regime (emulated)", lambda: run_steps(setup, reg))
+    clock("the collapsed-row step: capture, float32 and regime", lambda: collapsed_row(setup, reg))
     return out
 
 
