@@ -42,7 +42,7 @@ class Captured:
 def capture(setup: TrainSetup, regime: Regime | None, hooks: Any = None, wide: bool = False) -> Captured:
     """The loss of a fresh copy of the model, captured in train mode for the reference or the regime (or, wide,
     the reference in float64: what tells float32's own rounding noise from a gradient)."""
-    return _module_of(setup, regime, _export(setup, regime, hooks, wide), _flat(setup, regime, wide))
+    return _module_of(setup, regime, *_export(setup, regime, hooks, wide))
 
 
 def capture_pair(setup: TrainSetup, regime: Regime, hooks: Any = None) -> tuple[Captured, Captured]:
@@ -50,11 +50,10 @@ def capture_pair(setup: TrainSetup, regime: Regime, hooks: Any = None) -> tuple[
     written in: one export, copied before either is run, serves both."""
     if not regime.autocast:
         return capture(setup, None, hooks), capture(setup, regime, hooks)
-    program = _export(setup, None, hooks, False)
+    program, flat = _export(setup, None, hooks, False)
     twin = copy.deepcopy(program)
     _cast(setup, regime, twin)
-    return (_module_of(setup, None, program, _flat(setup, None, False)),
-            _module_of(setup, regime, twin, _flat(setup, regime, False)))
+    return _module_of(setup, None, program, flat), _module_of(setup, regime, twin, list(flat))
 
 
 def _converted_to(regime: Regime | None, wide: bool) -> torch.dtype | None:
@@ -81,7 +80,8 @@ def _cast(setup: TrainSetup, regime: Regime, program) -> None:
     cast_explicitly(program, plan)
 
 
-def _export(setup: TrainSetup, regime: Regime | None, hooks: Any, wide: bool):
+def _export(setup: TrainSetup, regime: Regime | None, hooks: Any, wide: bool) -> tuple[Any, list[Any]]:
+    """The exported program, and the batch as it was fed (its float inputs converted as the model was)."""
     with user_code(setup.spec, "copying the model (copy.deepcopy)"):
         model = copy.deepcopy(setup.model)
     flat = _flat(setup, regime, wide)
@@ -97,7 +97,7 @@ def _export(setup: TrainSetup, regime: Regime | None, hooks: Any, wide: bool):
         program = torch.export.export(loss_module, tuple(flat), strict=False)
     if regime is not None and regime.autocast:
         _cast(setup, regime, program)
-    return program
+    return program, flat
 
 
 def _module_of(setup: TrainSetup, regime: Regime | None, program, flat: list[Any]) -> Captured:

@@ -61,10 +61,6 @@ class Recorder:
         self.backward_low_max = 0.0  # the largest |value| a backward op returned in float16/bfloat16
         self.ops = 0
 
-    @property
-    def first(self) -> Event | None:
-        return self.events[0] if self.events else None
-
     def first_beyond(self, expected: set) -> Event | None:
         """The first event float32's own run of the program does not have (T5's log(0), a mask's -inf fill)."""
         return next((e for e in self.events if e.key not in expected), None)

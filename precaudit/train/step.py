@@ -92,7 +92,10 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
     reg_before = {n: p.detach().clone() for n, p in reg_named.items()}
     ref_opt = setup.optimizer.build(ref_named, lr)
     reg_opt = setup.optimizer.build(list(reg_named.items()), lr)
-    recorders: list[Recorder] = []  # step 0's forward and unscaled backward, and the optimizer steps'
+    # what the regime's inf/NaN events are read from: step 0's forward and unscaled backward, and the first
+    # optimizer step that made any
+    forward_rec: Recorder | None = None
+    step_rec: Recorder | None = None
     ref_grads: dict[str, torch.Tensor | None] = {}
     g_unscaled: dict[str, torch.Tensor | None] = {}
     g_scaled: dict[str, torch.Tensor | None] = {}
@@ -131,7 +134,7 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
                     loss.backward(retain_graph=scale != 1.0)
             if step == 0:
                 g_unscaled = _grads(reg_named)
-                recorders.append(unscaled)
+                forward_rec = unscaled
                 result.backward_low_max = unscaled.backward_low_max
                 if scale != 1.0:
                     reg_opt.zero_grad(set_to_none=True)
@@ -152,23 +155,19 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
             else:
                 with RoundingMode(stepping):
                     reg_opt.step()
-                if stepping.events and not any(r.phase == "optimizer step" for r in recorders):
-                    recorders.append(stepping)
+                if stepping.events and step_rec is None:
+                    step_rec = stepping
             reg_opt.zero_grad(set_to_none=True)
         result.ops += unscaled.ops + stepping.ops
 
     result.regime_finite = math.isfinite(result.loss_regime) and all(
         g is None or all_finite(g) for g in g_unscaled.values()) and all(
         all_finite(p) for p in reg_named.values())
-    if not result.regime_finite and any(r.events for r in recorders):
+    if not result.regime_finite and (step_rec is not None or forward_rec is not None and forward_rec.events):
         # the first inf/NaN that float32's own run of the program does not make too
         expected = reference_events(setup, seed)
-        for rec in recorders:
-            event = rec.first_beyond(expected)
-            if rec.phase == "optimizer step":
-                result.first_step = result.first_step or event
-            else:
-                result.first_unscaled = event
+        result.first_unscaled = forward_rec.first_beyond(expected) if forward_rec is not None else None
+        result.first_step = step_rec.first_beyond(expected) if step_rec is not None else None
     for name, p in ref_named:
         result.params.append(_param_stats(name, p, ref_before[name], ref_grads.get(name), reg_named[name],
                                           reg_before[name], g_unscaled.get(name), g_scaled.get(name),
@@ -186,10 +185,10 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
     return result
 
 
-def reference_events(setup: TrainSetup, seed: int, hooks: Any = None) -> set:
+def reference_events(setup: TrainSetup, seed: int) -> set:
     """Where the float32 program's own first step makes inf/NaN from finite inputs (a mask's -inf, T5's
     log(0) before its where): places an inf in the regime's run does not tell anything."""
-    ref = capture(setup, None, hooks=hooks)
+    ref = capture(setup, None)
     torch.manual_seed(seed)
     rec = Recorder()
     with user_code(setup.spec, "the float32 reference step"), RoundingMode(rec, emulate=False):
