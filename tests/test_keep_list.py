@@ -356,3 +356,60 @@ def test_a_sum_of_exponentials_keeps_its_exp_and_the_sum(tmp_path):
     assert code == SYNTHESIZED and keep["verification"]["verified"] and keep["keep_io_types"]
     assert [n["name"] for n in keep["nodes"]] == ["e", "z", "energy", "output"]
     assert keep["snippet_check"]["finite"] and keep["snippet_check"]["error"] == 0
+
+
+ODD_NAMES = '''
+import torch
+from torch import nn
+
+
+class Norm(nn.Module):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(var + 1e-12)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.add_module("(x|y)+", Norm())
+        self.add_module("a[0]", Norm())
+        self.add_module("q'x", Norm())
+        self.d = nn.ModuleDict({"k-1": Norm()})
+
+    def forward(self, x):
+        x = getattr(self, "(x|y)+")(self.lin(x))
+        return self.d["k-1"](getattr(self, "q'x")(getattr(self, "a[0]")(x)))
+
+
+def make():
+    torch.manual_seed(0)
+    return Model(), (torch.randn(2, 8),)
+'''
+
+
+def test_a_pytorch_snippet_runs_as_printed_on_modules_named_like_regexes(tmp_path):
+    """Module names with brackets, bars, quotes and dashes: the printed wrapper reaches exactly those modules
+    (get_submodule takes the name as the module holds it) and the half model then runs."""
+    torch = pytest.importorskip("torch")
+    (tmp_path / "odd.py").write_text(ODD_NAMES)
+    _, keep = keep_json(tmp_path, f"{tmp_path}/odd.py:make", "--for", "pytorch")
+    assert keep["arguments"]["modules"] == ["(x|y)+", "a[0]", "d.k-1", "q'x"]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("odd_names", tmp_path / "odd.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model, (x,) = module.make()
+    wrapper = keep["snippet"].split("\n\n", 1)[1]  # the autocast wrapper, after the transformers lines
+    exec(compile(wrapper, "<snippet>", "exec"), {"model": model})
+    wrapped = sorted(name for name, m in model.named_modules() if "forward" in vars(m))
+    assert wrapped == keep["arguments"]["modules"]
+    assert model.lin.weight.dtype == torch.float16
+    out = model(x.half())
+    assert out.dtype == torch.float16 and torch.isfinite(out).all()
+    names = [n for n, _ in model.named_modules() if n]
+    for module, regex in zip(keep["arguments"]["modules"], keep["arguments"]["_keep_in_fp32_modules"]):
+        assert [n for n in names if re.search(regex, n + ".")] == [module]  # transformers searches parameter names

@@ -478,6 +478,10 @@ def _source(node: Node, fx) -> None:
 
 
 def _clean_path(path: str) -> str:
-    """L['self'].encoder.layer[0] (strict export) or encoder.layer.0 -> encoder.layer.0."""
+    """L['self'].encoder.layer[0] (strict export's source text) -> encoder.layer.0; a non-strict export's path is
+    already the module's name as get_submodule takes it, and a name may hold brackets and quotes itself (a module
+    added as "a[0]" is not a.0): left as it is."""
+    if not path.startswith("L['self']"):
+        return path
     path = re.sub(r"^L\['self'\]\.?", "", path)
     return re.sub(r"\[(\w+)\]", r".\1", path).replace("._modules['", ".").replace("']", "")
