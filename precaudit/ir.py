@@ -7,7 +7,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-__all__ = ["Value", "Node", "Graph", "implicit_inputs", "generated_name", "body_nodes", "CONST_CACHE_BYTES", "UNKNOWN"]
+__all__ = ["Value", "Node", "Graph", "implicit_inputs", "generated_name", "duplicate_renames", "body_nodes", "CONST_CACHE_BYTES", "UNKNOWN"]
 
 # What a memo slot of a Value holds until its fact is first worked out (analysis/constants.py).
 UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN", "__slots__": ()})()
@@ -162,6 +162,35 @@ def generated_name(op_type: str, first_output: str, taken: set[str]) -> str:
         k += 1
         name = f"{base}~{k}"
     return name
+
+
+def duplicate_renames(graph: Graph) -> dict[int, str]:
+    """id(node) → the name a keep-list snippet gives a node whose graph already has a node of its name.
+
+    onnxruntime refuses a model with two nodes of one name in one graph ("two nodes with same node name"), and a
+    converter's node_block_list cannot tell them apart: the snippet renames every repeat first. Within each graph
+    (the main graph, each body), in node order, the k-th repeat of a name N takes the k-th of N~1, N~2 ... that no
+    node of the file is named: independent of the order graphs are visited in, as the snippet's loop is."""
+    def file_name(node: Node) -> str:
+        path = node.subgraph_path
+        return node.name[len(path):] if path and node.name.startswith(path) else node.name
+
+    names = [(node, file_name(node)) for node in graph.nodes if not node.unnamed]
+    taken = {name for _, name in names}
+    seen: dict[str, set[str]] = {}  # per graph, the names met so far
+    repeats: dict[tuple[str, str], int] = {}  # per graph and name, the last k taken
+    renames: dict[int, str] = {}
+    for node, name in names:
+        in_graph = seen.setdefault(node.subgraph_path, set())
+        if name not in in_graph:
+            in_graph.add(name)
+            continue
+        k = repeats.get((node.subgraph_path, name), 0) + 1
+        while f"{name}~{k}" in taken:
+            k += 1
+        repeats[(node.subgraph_path, name)] = k
+        renames[id(node)] = f"{name}~{k}"
+    return renames
 
 
 def implicit_inputs(node: Node) -> list[Value]:

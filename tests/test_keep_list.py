@@ -413,3 +413,43 @@ def test_a_pytorch_snippet_runs_as_printed_on_modules_named_like_regexes(tmp_pat
     names = [n for n, _ in model.named_modules() if n]
     for module, regex in zip(keep["arguments"]["modules"], keep["arguments"]["_keep_in_fp32_modules"]):
         assert [n for n in names if re.search(regex, n + ".")] == [module]  # transformers searches parameter names
+
+
+def _norms_sharing_names(path: Path) -> Path:
+    """Seven harmless ops, then a decomposed LayerNorm with eps 1e-12 (0.0 in fp16) whose nodes carry the same seven
+    names (an exporter that names by op); a last node already named 'add_eps~1', which the renaming passes over."""
+    names = ["mean", "sub", "sq", "var", "add_eps", "sqrt", "div"]
+    nodes = [h.make_node("Relu", [f"r{i}"], [f"r{i + 1}"], name=name) for i, name in enumerate(names)]
+    nodes += [h.make_node("ReduceMean", ["r7"], ["m"], name="mean", axes=[-1]),
+              h.make_node("Sub", ["r7", "m"], ["d"], name="sub"),
+              h.make_node("Mul", ["d", "d"], ["q"], name="sq"),
+              h.make_node("ReduceMean", ["q"], ["v"], name="var", axes=[-1]),
+              h.make_node("Add", ["v", "eps"], ["ve"], name="add_eps"),
+              h.make_node("Sqrt", ["ve"], ["s"], name="sqrt"),
+              h.make_node("Div", ["d", "s"], ["n"], name="div"),
+              h.make_node("Relu", ["n"], ["y"], name="add_eps~1")]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("r0", T.FLOAT, [2, 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [2, 8])],
+                         [numpy_helper.from_array(np.array(1e-12, np.float32), "eps")])
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 13)]), path)
+    return path
+
+
+@pytest.mark.parametrize("target", ["onnxconverter-common", "onnxruntime"])
+def test_nodes_sharing_a_name_are_renamed_by_the_snippet_and_listed_so(tmp_path, target):
+    """onnxruntime refuses two nodes of one name in a graph (the original model too), and a name-based block list
+    cannot tell them apart: the snippet renames each repeat first, and only the second norm's nodes are listed."""
+    model = _norms_sharing_names(tmp_path / "dup.onnx")
+    code, keep = keep_json(tmp_path, model, "--for", target)
+    assert code == 0 and keep["renamed_repeats"] is True
+    second = ["mean~1", "sub~1", "sq~1", "var~1", "add_eps~2", "sqrt~1", "div~1"]
+    assert keep["arguments"]["node_block_list"] == second
+    names = ["mean", "sub", "sq", "var", "add_eps", "sqrt", "div"]
+    assert [n["name_in_file"] for n in keep["nodes"]] == names
+    assert keep["snippet_check"]["ran"] and keep["snippet_check"]["loads"]
+    namespace: dict = {}
+    start = keep["snippet"].index("# name the nodes")
+    end = keep["snippet"].index("seen.add(node.name)\n", start) + len("seen.add(node.name)\n")
+    named = namespace["model"] = onnx.load(model)
+    exec(compile(keep["snippet"][start:end], "<snippet>", "exec"), namespace)  # the snippet's own naming loop
+    assert [n.name for n in named.graph.node] == [*names, *second, "add_eps~1"]

@@ -162,6 +162,7 @@ class KeepArgs:
     nodes: list[str] = field(default_factory=list)  # node names as the file spells them (unnamed: as named first)
     op_types: list[str] = field(default_factory=list)  # op types kept whole (the user's --keep-fp32 op types)
     unnamed: bool = False  # some listed nodes have no name in the file: name them first
+    duplicates: bool = False  # some graph has two nodes of one name (onnxruntime refuses it): rename repeats first
     large: bool = False  # over 2 GB with its external data: protobuf cannot hold it in one piece
     modules: list[str] = field(default_factory=list)  # PyTorch: module paths
     fx_nodes: list[str] = field(default_factory=list)  # PyTorch: torch.export (FX) node names
@@ -183,11 +184,13 @@ class KeepArgs:
                 f"model = onnx.load({inferred!r})  # with its external data")
 
     def naming(self) -> list[str]:
-        """The loop that names unnamed nodes as precaudit names them (generated_name), if any is listed."""
-        if not self.unnamed:
+        """The loop that names unnamed nodes as precaudit names them (ir.generated_name) and renames a repeated name
+        within a graph (ir.duplicate_renames), if the list needs it."""
+        if not (self.unnamed or self.duplicates):
             return []
-        return ["# name the unnamed nodes as precaudit does (op type _ first output, then ~1, ~2 ... past a name",
-                "# the file already gives a node), so the lists can reach them",
+        return ["# name the nodes as precaudit does, so the lists can reach them: an unnamed node op type _ first",
+                "# output, a name its graph already has (onnxruntime refuses two) name~1, name~2 ... past every name",
+                "# the file gives a node",
                 "def graphs(graph):",
                 "    todo = [graph]",
                 "    while todo:",
@@ -196,6 +199,7 @@ class KeepArgs:
                 "        todo += [b for n in g.node for a in n.attribute for b in ([a.g] if a.HasField('g') else a.graphs)]",
                 "taken = {n.name for g in graphs(model.graph) for n in g.node if n.name}",
                 "for g in graphs(model.graph):",
+                "    seen, repeats = set(), {}",
                 "    for node in g.node:",
                 "        if not node.name:",
                 "            base = name = f\"{node.op_type}_{(list(node.output) or [''])[0]}\"",
@@ -203,7 +207,15 @@ class KeepArgs:
                 "            while name in taken:",
                 "                k += 1",
                 "                name = f\"{base}~{k}\"",
-                "            node.name = name"]
+                "            node.name = name",
+                "        elif node.name in seen:",
+                "            base, k = node.name, repeats.get(node.name, 0) + 1",
+                "            while f\"{base}~{k}\" in taken:",
+                "                k += 1",
+                "            repeats[base] = k",
+                "            node.name = f\"{base}~{k}\"",
+                "        else:",
+                "            seen.add(node.name)"]
 
     def save(self, path: str | None = None) -> str:
         path = path or self.out
@@ -215,10 +227,10 @@ class KeepArgs:
     def named_copy(self) -> tuple[list[str], str]:
         """For a converter that reads the model from a path: Python writing a copy with every node named, and the
         copy's path; nothing (and the model's own path) when every listed node has its name."""
-        if not self.unnamed:
+        if not (self.unnamed or self.duplicates):
             return [], self.model
         copy = self.out.replace(f".{self.dtype}.onnx", ".named.onnx")
-        return ["# first, a copy with the unnamed nodes named as precaudit names them", "import onnx", self.load(),
+        return ["# first, a copy with the nodes named as precaudit names them", "import onnx", self.load(),
                 *self.naming(), self.save(copy), ""], copy
 
 

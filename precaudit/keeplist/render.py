@@ -10,7 +10,7 @@ from typing import Any
 from ..converters import KeepArgs
 from ..converters import modelopt, onnxconverter_common, onnxruntime, pytorch
 from ..escape import exact_regex, printable
-from ..ir import Node
+from ..ir import Node, duplicate_renames
 from . import KeepList
 
 __all__ = ["render_text", "render_json", "raw_name", "is_unnamed", "keep_args"]
@@ -46,8 +46,10 @@ def keep_args(keep: KeepList) -> KeepArgs:
              if id(n) in ids or any(fnmatchcase(n.name, p) or (n.scope and fnmatchcase(n.scope, p)) for p in patterns)]
     if keep.target_for == "modelopt":  # AutoCast classifies top-level nodes only: a body goes with its If/Loop
         nodes = list({id(t): t for t in map(_top, nodes)}.values())
-    return KeepArgs(model=keep.model, dtype=keep.target.name, nodes=[raw_name(n) for n in nodes], op_types=op_types,
-                    unnamed=any(is_unnamed(n) for n in nodes), large=keep.large,
+    renames = duplicate_renames(keep.graph)
+    return KeepArgs(model=keep.model, dtype=keep.target.name, nodes=[renames.get(id(n), raw_name(n)) for n in nodes],
+                    op_types=op_types, unnamed=any(is_unnamed(n) for n in nodes), duplicates=bool(renames),
+                    large=keep.large,
                     modules=sorted({n.scope or "" for n in nodes}), fx_nodes=[n.name for n in nodes],
                     keep_io=keep.keep_io)
 
@@ -99,6 +101,7 @@ def _verification(keep: KeepList) -> dict[str, Any] | None:
 def render_json(keep: KeepList) -> str:
     args = keep_args(keep)
     nodes = keep.nodes
+    listed = duplicate_renames(keep.graph)  # a repeated name is listed as the snippet renames it
     data = {
         "schema_version": SCHEMA_VERSION,
         "model": keep.model,
@@ -106,18 +109,19 @@ def render_json(keep: KeepList) -> str:
         "for": keep.target_for,
         "converter": keep.converter.title,
         "converter_source": keep.converter.source,
-        "nodes": [{"name": raw_name(n), "op": n.op_type, "unnamed": is_unnamed(n), "scope": n.scope,
+        "nodes": [{"name": listed.get(id(n), raw_name(n)), "name_in_file": raw_name(n), "op": n.op_type, "unnamed": is_unnamed(n), "scope": n.scope,
                    "inside": n.subgraph_path.rstrip("/") or None} for n in nodes],
         "count": len(nodes),
         "count_blocking_op_types": sum(keep.op_type_counts().values()),
         "op_type_counts": keep.op_type_counts(),
-        "entries": [{"source": e.source, "reasons": e.reasons, "nodes": [raw_name(n) for n in e.nodes],
+        "entries": [{"source": e.source, "reasons": e.reasons, "nodes": [listed.get(id(n), raw_name(n)) for n in e.nodes],
                      "dropped": e.dropped} for e in keep.entries],
         "not_fixed": [{"rule_id": f.rule_id, "rule_name": f.rule_name, "node": f.node_name, "message": f.message}
                       for f in keep.not_fixed],
         "verification": _verification(keep),
         "arguments": arguments(keep, args),
         "unnamed_nodes": args.unnamed,
+        "renamed_repeats": args.duplicates,
         "control_flow_problem": keep.converter.control_flow if _control_flow(keep) else None,
         "snippet_check": keep.snippet_check.record() if keep.snippet_check is not None else None,
         "alternative": keep.alternative or None,
@@ -134,6 +138,7 @@ def render_json(keep: KeepList) -> str:
 def render_text(keep: KeepList) -> str:
     args = keep_args(keep)
     nodes = keep.nodes
+    listed = duplicate_renames(keep.graph)
     lines = [f"{printable(keep.model)}  (--dtype {keep.target.name}, --for {keep.target_for}: {keep.converter.title})"]
     counts = keep.op_type_counts()
     blocking = sum(counts.values())
@@ -157,7 +162,7 @@ def render_text(keep: KeepList) -> str:
     lines += _snippet_lines(keep)
     for entry in keep.entries:
         mark = "dropped " if entry.dropped else ""
-        names = _names(entry.nodes)
+        names = _names(entry.nodes, listed)
         lines.append(f"  {mark}{entry.source:<7} {printable('; '.join(entry.reasons))}: {names}")
     for finding in keep.not_fixed:
         lines.append(f"  not fixed by float32: {finding.rule_id} {finding.rule_name} at "
@@ -171,6 +176,11 @@ def render_text(keep: KeepList) -> str:
     elif args.unnamed:
         lines.append("  some listed nodes have no name in the file: they are listed as op type _ first output, "
                      "and the code below names them so first")
+    if args.duplicates:
+        lines.append("  the model gives two nodes of one graph the same name, which onnxruntime refuses to load: the "
+                     "code below renames each repeat name~1, name~2 ... first, and the list names them so"
+                     + ("; Olive's node lists cannot (keep-list --for onnxruntime prints the loop)"
+                        if keep.target_for == "olive" else ""))
     if args.large:
         lines.append("  the model is over 2 GB with its weights: the code below keeps them in external data")
     # names reach the code as Python/JSON literals or regexes, which escape what cannot print; a name in a shell
@@ -216,8 +226,8 @@ def _control_flow(keep: KeepList) -> bool:
     return bool(keep.converter.control_flow) and any(n.bodies or n.subgraph_path for n in keep.nodes)
 
 
-def _names(nodes: list[Node], limit: int = 6) -> str:
-    names = [f"'{printable(raw_name(n))}'" for n in nodes]
+def _names(nodes: list[Node], listed: dict[int, str], limit: int = 6) -> str:
+    names = [f"'{printable(listed.get(id(n), raw_name(n)))}'" for n in nodes]
     if len(names) > limit:
         names = [*names[:3], f"… ({len(names) - 5} more)", *names[-2:]]
     return f"{len(nodes)} node{'s' * (len(nodes) != 1)} " + ", ".join(names)
