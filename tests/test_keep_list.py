@@ -453,3 +453,14 @@ def test_nodes_sharing_a_name_are_renamed_by_the_snippet_and_listed_so(tmp_path,
     named = namespace["model"] = onnx.load(model)
     exec(compile(keep["snippet"][start:end], "<snippet>", "exec"), namespace)  # the snippet's own naming loop
     assert [n.name for n in named.graph.node] == [*names, *second, "add_eps~1"]
+
+
+def test_an_error_no_float32_node_fixes_does_not_fail_the_list(tmp_path):
+    """eps = inf divides every row by inf in float32 too: PA107 is 'not fixed by float32', said apart, and the
+    converted model still having it does not make the verified list 'NOT verified' (exit 3: synthesized inputs)."""
+    pytest.importorskip("onnxruntime")
+    model = save(decomposed_layernorm(float("inf"), dtype="fp32")[0], tmp_path / "inf.onnx")
+    code, keep = keep_json(tmp_path, model, "--for", "onnxruntime", "--trace")
+    assert code == SYNTHESIZED and keep["verification"]["verified"] is True
+    assert [f["rule_id"] for f in keep["not_fixed"]] == ["PA103", "PA107"]
+    assert keep["snippet_check"]["loads"] is True and keep["snippet_check"]["errors"] == []

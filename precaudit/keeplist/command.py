@@ -62,7 +62,8 @@ def check_printed(keep, rules) -> None:
 
     def run() -> None:
         keep.snippet_check = check_snippet(keep.target_for, keep_args(keep), lambda a: snippet(keep, a), keep.target,
-                                           rules, keep.batches, keep.inputs, keep.model)
+                                           rules, keep.batches, keep.inputs, keep.model,
+                                           frozenset((f.rule_id, f.node_name) for f in keep.not_fixed))
 
     run()
     first = keep.snippet_check
