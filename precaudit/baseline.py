@@ -45,7 +45,12 @@ class BaselineMatch:
 def write_baseline(path: str, findings: list[Finding], may_replace: tuple[str, ...] = ()) -> None:
     """Write every finding as accepted, sorted so the file diffs cleanly in review."""
     entries = sorted((BaselineEntry.of(f) for f in findings), key=lambda e: (e.model, e.rule_id, e.node_name, e.fingerprint))
-    doc = {"format": _FORMAT, "tool_version": __version__, "findings": [vars(e) for e in entries]}
+    from .escape import encodable
+
+    # a name from a file system that is not UTF-8 holds lone surrogates, which json.dumps writes as \udcxx escapes
+    # strict parsers reject: written as visible text instead (the fingerprint, which matching uses, is ASCII)
+    doc = {"format": _FORMAT, "tool_version": __version__,
+           "findings": [{k: encodable(v) for k, v in vars(e).items()} for e in entries]}
     # Refreshing the baseline in place is allowed (the CLI passes it as may_replace); any other input is not.
     write_new(path, json.dumps(doc, indent=2) + "\n", may_replace, what="the baseline")
 
@@ -101,9 +106,11 @@ def apply_baseline(path: str, findings: list[Finding], audited_models: list[str]
         else:
             match.new.append(f)
     # A pre-commit run audits only the changed models: entries for the others are not stale, just not looked at.
-    audited = {m.replace("\\", "/") for m in audited_models}
+    from .escape import encodable
+
+    audited = {encodable(m.replace("\\", "/")) for m in audited_models}  # as written, surrogates visible
     for entry in entries:
-        if budget[entry.fingerprint] > 0 and entry.model in audited:
+        if budget[entry.fingerprint] > 0 and encodable(entry.model) in audited:
             budget[entry.fingerprint] -= 1
             match.stale.append(entry)
     return match

@@ -319,3 +319,17 @@ def test_exact_regex_matches_its_name_and_no_other():
         assert [n for n in names if re.match(regex, n)] == [name], (name, regex)
         assert [n for n in names if re.search(regex, n)] == [name], (name, regex)
         assert not any(ord(c) in ESCAPED for c in regex), regex
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX file names are bytes; Windows names are always Unicode")
+def test_a_baseline_for_a_path_that_is_not_utf8_is_strict_json_and_still_matches(repo, capsys):
+    name = os.fsdecode(b"m\xff.onnx")
+    (repo / "hostile.onnx").rename(repo / name)
+    assert main([name, "--write-baseline", "baseline.json"]) == 0
+    raw = (repo / "baseline.json").read_bytes()
+    raw.decode("utf-8")  # strict UTF-8: no lone surrogate in the file
+    assert b"\\\\udcff" in raw and b'"\\udcff' not in raw  # visible text, not a JSON escape strict parsers reject
+    assert {e["model"] for e in json.loads(raw)["findings"]} == {"m\\udcff.onnx"}
+    capsys.readouterr()
+    assert main([name, "--baseline", "baseline.json"]) == 0  # every finding still matched
+    assert "no longer found" not in capsys.readouterr().out
