@@ -207,3 +207,38 @@ def test_a_body_node_with_float16_statistics_says_why(tmp_path, capsys):
     assert capsys.readouterr().err == (
         f"precaudit: {path}: traced mode cannot run node 'branch' (If) on onnxruntime: inside its body, node "
         "'branch/then_branch/ln' rounds its statistics into its stash_type, which runs on numpy only\n")
+
+
+def _fixed_loop(path, trips: int, cond: bool = False):
+    """A Loop adding 1 to x `trips` times; with cond, a condition input (true) that the body could end it by."""
+    body = h.make_graph([h.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going"),
+                         h.make_node("Add", ["v_in", "one"], ["v_out"], name="step")], "body",
+                        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond_in", T.BOOL, []),
+                         tensor("v_in", "fp32")],
+                        [h.make_tensor_value_info("cond_out", T.BOOL, []), tensor("v_out", "fp32")])
+    inits = [onnx.numpy_helper.from_array(np.array(trips, np.int64), "M"),
+             onnx.numpy_helper.from_array(np.array(True), "go"), const("one", 1.0)]
+    loop = h.make_node("Loop", ["M", "go" if cond else "", "x"], ["y"], body=body, name="loop")
+    return save(model([loop], [tensor("x", "fp32")], [tensor("y", "fp32")], inits), path)
+
+
+def test_a_loop_of_a_constant_1e15_trips_is_refused_before_it_runs_and_the_other_models_still_report(tmp_path):
+    """A fixed trip count of 10**15 would hold its worker until --timeout (30 min by default): refused at once,
+    one line; the model beside it in the -j 2 run is audited as usual, and a 3-trip twin runs."""
+    from fixtures.onnx_builders import decomposed_layernorm
+
+    huge = _fixed_loop(tmp_path / "huge.onnx", 10**15)
+    few = _fixed_loop(tmp_path / "few.onnx", 3)
+    while_loop = _fixed_loop(tmp_path / "while.onnx", 10**15, cond=True)  # a condition may end it: not refused
+    norm = save(decomposed_layernorm(1e-12, dtype="fp32")[0], tmp_path / "ln.onnx")
+    code, report = run_json([huge, few, norm], "--trace", "-j", "2", out_dir=tmp_path)
+    assert code == 2 and report["models"] == [str(few), str(norm)]
+    assert [(r["rule_id"], r["node_name"]) for r in report["results"] if r["severity"] == "error"] == \
+        [("PA101", "add_eps")]
+    assert [e["message"] for e in report["errors"]] == [
+        "traced mode: Loop 'loop' runs 1,000,000,000,000,000 times (a constant trip count and no condition), above "
+        "traced mode's 10,000,000: audit it without --trace"]
+    from precaudit.frontends.onnx import load_onnx as load
+    from precaudit.trace.emulator import check_loop_trips
+
+    check_loop_trips(load(str(while_loop)))  # no error: its body's condition decides

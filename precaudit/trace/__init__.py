@@ -11,7 +11,7 @@ from ..analysis.compute_dtype import DtypeResolver
 from ..analysis.sites import Site
 from ..ir import Graph
 from ..options import TraceOptions
-from .emulator import Emulator
+from .emulator import Emulator, check_loop_trips
 from .inputs import iter_batches
 from .measure import attach_probes
 from .profile import TraceProfile, build_profile
@@ -57,6 +57,7 @@ class TraceRun:
 
 def traced_sites(graph: Graph, resolver: DtypeResolver, options: TraceOptions) -> tuple[list[Site], TraceRun]:
     """Run every sample through the reference and the emulation, then one site per thing measured, in graph order."""
+    check_loop_trips(graph)
     emulator = Emulator(graph, resolver, engine=options.engine)
     probes = attach_probes(graph, resolver, emulator)
     emulator.limit_time(options.timeout)

@@ -17,6 +17,7 @@ from typing import Callable, cast
 import numpy as np
 
 from ..analysis.compute_dtype import DtypeResolver
+from ..analysis.constants import resolve_scalar
 from ..converters import Clamp
 from ..dtypes import FORMATS, Format
 from ..errors import InputError
@@ -136,6 +137,25 @@ _LOCAL_FLOOR_OPS = ("Add", "Sub")
 # The largest tensor a node whose output size comes from its inputs' values may make in traced mode, checked
 # before it is allocated: 2**28 elements, 1 GiB of float32 (as for a synthesized input, trace/inputs.py)
 MAX_TENSOR_ELEMENTS = 1 << 28
+
+
+# A Loop that runs a fixed trip count (no condition input: ONNX then ignores the body's condition output) more often
+# than this is refused before anything runs: onnxruntime takes microseconds a trip at best, so 10**7 trips is minutes
+# of a single node, and a count like 10**15 would hold a -j worker until --timeout (30 minutes by default).
+MAX_LOOP_TRIPS = 10**7
+
+
+def check_loop_trips(graph: Graph) -> None:
+    """Refuse a Loop whose constant trip count, with no condition to end it early, is beyond MAX_LOOP_TRIPS."""
+    for node in graph.by_op("Loop"):
+        trips, cond = node.input(0), node.input(1)
+        if trips is None or cond is not None:
+            continue
+        count = resolve_scalar(trips)
+        if count is not None and count.value > MAX_LOOP_TRIPS:
+            raise InputError(graph.path, f"traced mode: Loop '{node.name}' runs {int(count.value):,} times (a "
+                                         f"constant trip count and no condition), above traced mode's "
+                                         f"{MAX_LOOP_TRIPS:,}: audit it without --trace")
 
 
 def made_elements(node: Node, args: list) -> float | None:
