@@ -214,15 +214,14 @@ def test_external_data_that_is_not_a_regular_file(external_eps, tmp_path, target
     _one_error_line(err, str(external_eps), "initializer 'eps'")
 
 
-def test_small_eps_in_a_3_gib_external_file_reads_only_its_bytes(tmp_path):
-    """No `length`: the eps is dims × itemsize bytes at its offset, not the rest of the file."""
+def _no_length_eps(tmp_path: Path, offset: int, tail: int) -> Path:
+    """A model whose eps lives in weights.bin at offset with no `length`, followed by tail more bytes (sparse)."""
     m, _ = decomposed_layernorm(1e-12, dtype="fp32", eps_at="external")
     eps = next(i for i in m.graph.initializer if i.name == "eps")
-    offset = 3 << 30
     with open(tmp_path / "weights.bin", "wb") as fh:  # sparse: 3 GiB on paper, a few bytes on disk
         fh.seek(offset)
         fh.write(np.float32(1e-12).tobytes())
-        fh.truncate(offset + (64 << 20))
+        fh.truncate(offset + 4 + tail)
     eps.ClearField("raw_data")
     eps.data_location = T.EXTERNAL
     del eps.external_data[:]
@@ -231,6 +230,23 @@ def test_small_eps_in_a_3_gib_external_file_reads_only_its_bytes(tmp_path):
         entry.key, entry.value = key, value
     path = tmp_path / "model.onnx"
     onnx.save(m, str(path))
+    return path
+
+
+def test_a_scalar_eps_with_no_length_in_front_of_64_mib_is_a_size_mismatch(tmp_path):
+    """No `length`: the data runs to the end of the file (onnx.load reads it so, then cannot reshape 64 MiB into a
+    scalar), so a scalar eps followed by 64 MiB more is refused, one line, without reading the file."""
+    path = _no_length_eps(tmp_path, 3 << 30, 64 << 20)
+    code, _, err, peak = run_cli_process([path], tmp_path)
+    assert code == 2
+    _one_error_line(err, str(path), "initializer 'eps': external data has no length, so it runs from offset "
+                                    f"{3 << 30} to the end of 'weights.bin' ({4 + (64 << 20)} bytes), but dims [] "
+                                    "hold 4 bytes")
+    assert peak < RSS_BOUND_MB, f"peak RSS {peak:.0f} MB"
+
+
+def test_a_scalar_eps_with_no_length_at_the_end_of_a_3_gib_file_reads_only_its_bytes(tmp_path):
+    path = _no_length_eps(tmp_path, 3 << 30, 0)
     report_file = tmp_path / "report.json"
     code, _, err, peak = run_cli_process([path, "-f", "json", "-o", report_file], tmp_path)
     assert code == 1, err

@@ -56,7 +56,7 @@ def tensor_loader(tensor: onnx.TensorProto, path: str, model_dir: Path, what: st
     count: element_count(tensor.dims), when the caller has checked it already.
     """
     if tensor.data_location == _T.EXTERNAL:
-        target, _, _ = _external_entry(tensor, path, model_dir, what, count)
+        target, *_ = _external_entry(tensor, path, model_dir, what, count)
         if noted is None or target not in noted:
             note_read(target)  # weights a static audit never reads are still the user's: never write over them
             if noted is not None:
@@ -110,8 +110,9 @@ def _itemsize(data_type: int) -> int | None:
 
 
 def _external_entry(tensor: onnx.TensorProto, path: str, model_dir: Path, what: str,
-                    count: int | None = None) -> tuple[Path, int, int]:
-    """The external data file (inside the model's folder), offset and byte count; refused when they disagree."""
+                    count: int | None = None) -> tuple[Path, int, int, bool]:
+    """The external data file (inside the model's folder), offset, byte count and whether a length is written;
+    refused when they disagree."""
     info = {text(e.key): text(e.value) for e in tensor.external_data}
     location = info.get("location", "")
     if not location:
@@ -126,7 +127,7 @@ def _external_entry(tensor: onnx.TensorProto, path: str, model_dir: Path, what: 
     if "length" in info and _non_negative(info, "length", path, what) != expected:
         raise InputError(path, f"{what}: external data length {info['length'][:40]} disagrees with dims "
                                f"{list(tensor.dims)} ({expected} bytes)")
-    return target, offset, expected
+    return target, offset, expected, "length" in info
 
 
 @functools.lru_cache(maxsize=256)
@@ -143,7 +144,7 @@ MAP_BYTES = 1 << 20
 
 
 def _external(tensor: onnx.TensorProto, path: str, model_dir: Path, what: str) -> np.ndarray:
-    target, offset, expected = _external_entry(tensor, path, model_dir, what)
+    target, offset, expected, has_length = _external_entry(tensor, path, model_dir, what)
     location = target.name
     dtype = _mappable(tensor)
     with open_regular(target, f"{path}: {what}: external data file {location!r}") as fh:
@@ -151,6 +152,12 @@ def _external(tensor: onnx.TensorProto, path: str, model_dir: Path, what: str) -
         if offset + expected > size:
             raise InputError(path, f"{what}: external data file {location!r} holds {size} bytes, fewer than "
                                    f"offset {offset} + {expected} bytes")
+        if not has_length and size - offset != expected:
+            # no length: the data runs to the end of the file (onnx reads it so), which the dims must then fill;
+            # only the bytes the dims need are read, so a scalar eps in front of 3 GiB costs nothing to refuse
+            raise InputError(path, f"{what}: external data has no length, so it runs from offset {offset} to the "
+                                   f"end of {location!r} ({size - offset} bytes), but dims {list(tensor.dims)} "
+                                   f"hold {expected} bytes")
         if dtype is not None and expected >= MAP_BYTES:
             array = _mapped(fh, offset, expected, dtype, tensor.dims)
             if os.fstat(fh.fileno()).st_size < offset + expected:  # it shrank meanwhile: never touch the pages
