@@ -340,15 +340,20 @@ def _note_named_inputs(models: list[str], settings: Settings, inputs: list[str])
     from .files import note_read
     from .frontends.torch_input import is_torch_input, torch_input_files
 
-    named: list[str | Path | None] = [*inputs, *settings.rules, settings.baseline, settings.config_file]
+    named: list[tuple[str | Path | None, str | None]] = [
+        *((i, "an --inputs file") for i in inputs), *((r, "a rules file") for r in settings.rules),
+        (settings.baseline, "the baseline"), (settings.config_file, "the configuration")]
     for spec in models:  # model.py:factory reads model.py
-        named.extend(torch_input_files(spec) if is_torch_input(spec) and not os.path.lexists(spec) else [spec])
-    for item in named:
+        if is_torch_input(spec) and not os.path.lexists(spec):
+            named.extend((file, f"the code of {spec}") for file in torch_input_files(spec))
+        else:
+            named.append((spec, None))
+    for item, role in named:
         if not item:
             continue
         path = Path(item)
         for file in (path.glob("*.y*ml") if path.is_dir() else [path]):
-            note_read(file)
+            note_read(file, role)
 
 
 def _baseline_file(settings: Settings) -> tuple[str, ...]:

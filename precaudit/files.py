@@ -20,31 +20,33 @@ __all__ = ["open_regular", "read_bytes", "read_text", "check_regular", "MiB", "s
 
 MiB = 1 << 20
 
-# Every file this run read or depends on, by identity (device, inode): the report may go over none of them,
-# whatever path, hard link or symlink names it. The CLI clears it at the start of each run.
-_inputs: dict[tuple[int, int], str] = {}
+# Every file this run read or depends on, by identity (device, inode), with its path and what it is to the run: the
+# report may go over none of them, whatever path, hard link or symlink names it, and the refusal says whose file it
+# is (an external data file names its model). The CLI clears it at the start of each run.
+_inputs: dict[tuple[int, int], tuple[str, str | None]] = {}
 
 
 def start_run() -> None:
     _inputs.clear()
 
 
-def read_so_far() -> list[tuple[tuple[int, int], str]]:
+def read_so_far() -> list[tuple[tuple[int, int], tuple[str, str | None]]]:
     """The files recorded so far, to carry from a worker process to the one that writes the report."""
     return list(_inputs.items())
 
 
-def add_read(entries: list[tuple[tuple[int, int], str]]) -> None:
+def add_read(entries: list[tuple[tuple[int, int], tuple[str, str | None]]]) -> None:
     _inputs.update(entries)
 
 
-def note_read(path: str | os.PathLike) -> None:
-    """Record a file the run reads (or whose loss would lose the user's data, as a model's weights)."""
+def note_read(path: str | os.PathLike, role: str | None = None) -> None:
+    """Record a file the run reads (or whose loss would lose the user's data, as a model's weights); role says what
+    it is to the run when its name does not ("external data of model.onnx", "a --rules file")."""
     try:
         st = os.stat(path)
     except OSError:
         return
-    _inputs[(st.st_dev, st.st_ino)] = str(path)
+    _inputs.setdefault((st.st_dev, st.st_ino), (str(path), role))
 
 
 def write_new(path: str | os.PathLike, text: str, may_replace: tuple[str | os.PathLike, ...] = (),
@@ -93,7 +95,9 @@ def check_output(path: str | os.PathLike, may_replace: tuple[str | os.PathLike, 
     key = (st.st_dev, st.st_ino)
     allowed = {_identity(p) for p in may_replace} - {None}
     if key in _inputs and key not in allowed:
-        named = "" if _inputs[key] == shown else f" ({_inputs[key]})"
+        read_as, role = _inputs[key]
+        said = [p for p in (None if read_as == shown else read_as, role) if p]
+        named = f" ({': '.join(said)})" if said else ""
         raise InputError(shown, f"refusing to write {what} over one of the inputs{named}")
     return target
 
@@ -166,7 +170,7 @@ def open_regular(path: str | os.PathLike, shown: str | None = None) -> BinaryIO:
         mode = st.st_mode
         if not stat.S_ISREG(mode):
             raise InputError(shown, f"is {_kind(mode)}, not a regular file; precaudit reads only regular files")
-        _inputs[(st.st_dev, st.st_ino)] = str(path)
+        _inputs.setdefault((st.st_dev, st.st_ino), (str(path), None))
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")

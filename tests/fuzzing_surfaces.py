@@ -103,14 +103,39 @@ def name_cases(draw) -> Case:
 _COMMAND = re.compile(r"^::(error|warning|notice) (?:[a-z]+=[^,:]*)(?:,[a-z]+=[^,:]*)*::[^\r\n]*$")
 
 
+def _all_graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    graphs, stack = [], [graph]
+    while stack:
+        g = stack.pop()
+        graphs.append(g)
+        stack += [a.g for n in g.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
+        stack += [b for n in g.node for a in n.attribute for b in a.graphs]
+    return graphs
+
+
 def _node_names(model_path: Path) -> list[str]:
     """Every node's name after a snippet's naming loop: the file's own, and precaudit's for the unnamed ones."""
     from precaudit.ir import generated_name
 
     m = onnx.load(str(model_path), load_external_data=False)
-    nodes = _all_nodes(m.graph)
-    taken = {n.name for n in nodes if n.name}
-    return [n.name or generated_name(n.op_type, n.output[0] if n.output else "", taken) for n in nodes]
+    taken = {n.name for n in _all_nodes(m.graph) if n.name}
+    names = []
+    for graph in _all_graphs(m.graph):  # a name its graph already has: name~1, name~2 ... past the file's names
+        seen: set[str] = set()
+        last: dict[str, int] = {}
+        for n in graph.node:
+            if not n.name:
+                names.append(generated_name(n.op_type, n.output[0] if n.output else "", taken))
+            elif n.name in seen:
+                k = last.get(n.name, 0) + 1
+                while f"{n.name}~{k}" in taken:
+                    k += 1
+                last[n.name] = k
+                names.append(f"{n.name}~{k}")
+            else:
+                seen.add(n.name)
+                names.append(n.name)
+    return names
 
 
 def check_output(case: Case, folder: Path, stdout: str) -> str | None:

@@ -101,7 +101,8 @@ def test_report_refuses_the_models_external_data(external_eps, tmp_path, capsys)
     data = tmp_path / "model.data"
     same = _unchanged(data)
     assert main([str(external_eps), "-o", str(data)]) == 2
-    _one_error_line(capsys.readouterr().err, "refusing")
+    _one_error_line(capsys.readouterr().err, f"{data}: refusing to write the report over one of the inputs "
+                                             f"(external data of {external_eps})")
     assert same()
 
 
@@ -114,7 +115,7 @@ def test_report_refuses_external_data_a_static_audit_never_reads(tmp_path, capsy
     data = tmp_path / "big.data"
     same = _unchanged(data)
     assert main([str(path), "-o", str(data)]) == 2
-    _one_error_line(capsys.readouterr().err, "refusing")
+    _one_error_line(capsys.readouterr().err, "refusing", f"external data of {path})")
     assert same()
 
 

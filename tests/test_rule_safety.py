@@ -78,6 +78,9 @@ CASES = [
                               "params: {n: 2000000000}\n", 6, "makes more than 1000 items at node '/", True),
     ("type-error-at-run", HEAD + "sites: [norm]\nparams: {s: abc}\ncondition: eps < s\nmessage: m\nfix: f\n",
      7, "condition cannot be computed: '<' not supported", False),
+    # (with several models, the line names the one the node is in)
+    ("at-run-names-the-model", HEAD + "sites: [norm]\nparams: {s: abc}\ncondition: eps < s\nmessage: m\nfix: f\n",
+     7, f"'float' and 'str' at node '/embeddings/LayerNorm/LayerNormalization' of {MODEL}", False),
     # nesting and length, checked before ast.parse (which recurses in C) and before the evaluator (in Python)
     ("not-10000", cond("not " * 10000 + "has_eps"), 6, "condition is 40007 characters long; at most 2000", True),
     ("minus-10000", cond("-" * 10000 + "eps > 0"), 6, "condition is 10007 characters long; at most 2000", True),

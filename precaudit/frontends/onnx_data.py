@@ -58,7 +58,8 @@ def tensor_loader(tensor: onnx.TensorProto, path: str, model_dir: Path, what: st
     if tensor.data_location == _T.EXTERNAL:
         target, *_ = _external_entry(tensor, path, model_dir, what, count)
         if noted is None or target not in noted:
-            note_read(target)  # weights a static audit never reads are still the user's: never write over them
+            # weights a static audit never reads are still the user's: never write over them
+            note_read(target, f"external data of {path}")
             if noted is not None:
                 noted.add(target)
         return lambda: _external(tensor, path, model_dir, what)

@@ -39,17 +39,19 @@ def match_rules(rules: Iterable[Rule], sites: list[Site], model: str) -> list[Ma
             if rule.ops and site.node.op_type not in rule.ops:
                 continue
             env = {**site.facts, **rule.params}
-            if holds(rule, env, site.node.name):
+            if holds(rule, env, site.node.name, model):
                 findings.append(Match(rule, site, _finding(rule, site, env, model)))
     return findings
 
 
-def holds(rule: Rule, env: dict[str, Any], node_name: str) -> bool:
-    """The rule's condition on one site's facts; one that cannot be computed is an error at the condition's line."""
+def holds(rule: Rule, env: dict[str, Any], node_name: str, model: str | None = None) -> bool:
+    """The rule's condition on one site's facts; one that cannot be computed is an error at the condition's line,
+    which names the node and the model it was met in (with several models, the line would not say which)."""
     try:
         return rule.condition.evaluate(env)
     except ConditionError as exc:
-        raise rule.located("condition", f"condition {exc} at node {node_name!r}") from None
+        where = f" of {model}" if model else ""
+        raise rule.located("condition", f"condition {exc} at node {node_name!r}{where}") from None
 
 
 def _finding(rule: Rule, site: Site, env: dict[str, Any], model: str) -> Finding:
