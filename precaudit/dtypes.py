@@ -26,6 +26,7 @@ class Format:
     exp_overflow: float  # x above which exp(x) exceeds max
     square_overflow: float  # |x| above which x*x exceeds max
     overflow_threshold: float  # |x| from which rounding gives inf (or NaN): max plus half an ulp at max
+    has_inf: bool = True  # float8_e4m3fn has none: inf (and every overflow) becomes NaN
 
     @property
     def itemsize(self) -> int:
@@ -50,6 +51,8 @@ def _make(name: str, long_name: str, dtype, onnx_type: int) -> Format:
     fi = ml_dtypes.finfo(dt)  # handles numpy's own floats too
     fmax = float(fi.max)
     half_ulp_at_max = 2.0 ** (math.floor(math.log2(fmax)) - int(fi.nmant)) / 2
+    with np.errstate(invalid="ignore", over="ignore"):
+        has_inf = bool(np.isinf(np.array(np.inf).astype(dt)))
     return Format(
         name=name,
         long_name=long_name,
@@ -62,6 +65,7 @@ def _make(name: str, long_name: str, dtype, onnx_type: int) -> Format:
         exp_overflow=math.log(fmax),
         square_overflow=math.sqrt(fmax),
         overflow_threshold=fmax + half_ulp_at_max,
+        has_inf=has_inf,
     )
 
 

@@ -642,8 +642,9 @@ def weight_stats(data: np.ndarray, fmt: Format) -> dict[str, Any]:
     """What rounding a float array into fmt does to it, measured a chunk at a time.
 
     Round to nearest even: |w| up to half the smallest subnormal becomes 0 (the tie goes to the even 0), |w| below
-    the smallest normal less half a subnormal step becomes subnormal, |w| from max + half an ulp becomes inf
-    (NaN in formats without inf).
+    the smallest normal less half a subnormal step becomes subnormal, a finite |w| from max + half an ulp becomes
+    inf (NaN in formats without inf). ±inf and NaN are already what they are (a mask table's -inf row): no
+    overflow, and not the largest |w| either, except that a format without inf (float8_e4m3fn) makes inf NaN.
     """
     zero_up_to = fmt.smallest_subnormal / 2
     normal_from = fmt.smallest_normal - fmt.smallest_subnormal / 2
@@ -651,11 +652,15 @@ def weight_stats(data: np.ndarray, fmt: Format) -> dict[str, Any]:
     absmax, nonzero, overflow, underflow, subnormal = 0.0, 0, 0, 0, 0
     for start in range(0, flat.size, _WEIGHT_CHUNK):
         a = np.abs(flat[start:start + _WEIGHT_CHUNK], dtype=np.float64)
-        absmax = max(absmax, float(np.fmax.reduce(a, initial=0.0)))  # fmax skips NaN
+        if not np.isfinite(a).all():
+            if not fmt.has_inf:
+                overflow += int(np.count_nonzero(np.isinf(a)))
+            a = np.where(np.isfinite(a), a, 0.0)
         nonzero += int(np.count_nonzero(a > 0))
         tiny = a <= zero_up_to
         underflow += int(np.count_nonzero(tiny)) - int(np.count_nonzero(a == 0))
         subnormal += int(np.count_nonzero(a < normal_from)) - int(np.count_nonzero(tiny))
+        absmax = max(absmax, float(a.max(initial=0.0)))
         overflow += int(np.count_nonzero(a >= fmt.overflow_threshold))
     return {"elements": int(flat.size), "nonzero": nonzero, "absmax": absmax, "overflow_count": overflow,
             "underflow_count": underflow, "underflow_fraction": underflow / nonzero if nonzero else 0.0,
