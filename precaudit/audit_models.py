@@ -13,7 +13,7 @@ from .analysis.compute_dtype import DtypeResolver
 from .analysis.collect import collect_sites
 from .analysis.quantized import quantization
 from .analysis.sites import Site, find_weight_sites
-from .dtypes import Format
+from .deployment import Deployment
 from .errors import InputError
 from .finding import Finding
 from .frontends.onnx import load_onnx
@@ -86,27 +86,29 @@ def static_matches(graph: Graph, resolver: DtypeResolver, rules: list[Rule], pat
 
 
 def _traced(path: str, graph: Graph, resolver: DtypeResolver, trace: TraceOptions,
-            torch_options: TorchOptions | None, target: Format, keep_fp32: list[str]) -> tuple[list[Site], "TraceRun"]:
-    """Traced sites; a PyTorch model is run from its ONNX export, since the emulator runs ONNX ops."""
+            torch_options: TorchOptions | None, deployment: Deployment) -> tuple[list[Site], "TraceRun"]:
+    """Traced sites; a PyTorch model is run from its ONNX export, since the emulator runs ONNX ops (no ONNX
+    converter converts it: the module itself is converted, model.to(dtype))."""
     from .trace import traced_sites  # numpy emulation loads only in traced mode
 
     if path.lower().endswith(".onnx"):
         return traced_sites(graph, resolver, trace)
     from .frontends.torch_input import load_torch_for_trace
 
-    exported = load_torch_for_trace(path, torch_options or TorchOptions(), target.name)
-    return traced_sites(exported, DtypeResolver(exported, target, keep_fp32), trace)
+    exported = load_torch_for_trace(path, torch_options or TorchOptions(), deployment.fmt.name)
+    return traced_sites(exported, deployment.without_converter().resolver(exported), trace)
 
 
-def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32: list[str],
+def audit_models(paths: list[str], deployment: Deployment, rules: list[Rule],
                  torch_options: TorchOptions | None = None, trace: TraceOptions | None = None,
-                 check_weights: bool = False, dtype_maps: bool = False, converter: str = "plain",
+                 check_weights: bool = False, dtype_maps: bool = False,
                  dims: dict[str, int] | None = None, debug: bool = False, strict_dims: bool = True) -> AuditResult:
     """Audit each model; a model that fails to load is recorded as an error and the rest go on.
 
     Weights are read only where the run reads them anyway (--trace) or the user asked (--check-weights).
-    dtype_maps keeps each node's compute dtype and its reason (the HTML report's dtype map). converter names the
-    fp16 converter modelled (precaudit/converters): its default block list, constant clamp and Cast handling.
+    dtype_maps keeps each node's compute dtype and its reason (the HTML report's dtype map). deployment: the
+    target dtype, the fp16 converter modelled (its default block list, constant clamp and Cast handling) and the
+    nodes kept in float32.
     dims sizes symbolic dims for the static pass too (--dim: a Range up to the sequence length is then bounded);
     strict_dims (one model in the run) refuses a name that is none of its dims, else each model takes its own.
     An unexpected failure in one model (a bug, a MemoryError, a PyTorch factory's exit()) is that model's error
@@ -123,9 +125,9 @@ def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32:
             gc.collect()
         try:
             with _collector_paused(path.lower().endswith(".onnx")):
-                graph = load_graph(path, torch_options, target.name, dims, strict_dims)
+                graph = load_graph(path, torch_options, deployment.fmt.name, dims, strict_dims)
             with _collector_paused():
-                resolver = DtypeResolver(graph, target, keep_fp32, converter)
+                resolver = deployment.resolver(graph)
                 if dtype_maps:
                     from .report.dtype_map import node_dtypes
                     result.dtype_maps[path] = node_dtypes(graph, resolver)
@@ -139,7 +141,7 @@ def audit_models(paths: list[str], target: Format, rules: list[Rule], keep_fp32:
                 # several models: each runs with the --dim sizes of the dims it has (its static pass took the same)
                 mine = trace if strict_dims or not path.lower().endswith(".onnx") else \
                     dataclasses.replace(trace, dims={k: v for k, v in trace.dims.items() if k in graph.dim_sizes})
-                traced, result.traces[path] = _traced(path, graph, resolver, mine, torch_options, target, keep_fp32)
+                traced, result.traces[path] = _traced(path, graph, resolver, mine, torch_options, deployment)
             weights = find_weight_sites(graph, resolver) if (trace is not None or check_weights) and weight_rules \
                 else []
             with _collector_paused():

@@ -37,6 +37,7 @@ def run_audit(models: list[str], settings: Settings, write_to: str | None, exit_
     dims (--dim) sizes symbolic dims for the static pass; traced mode's own are in trace_options."""
     from .result import AuditResult
     from .baseline import apply_baseline, write_baseline
+    from .deployment import Deployment
     from .parallel import audit_in_parallel
     from .report.locations import repo_root
     from .report.outcome import Outcome
@@ -47,9 +48,10 @@ def run_audit(models: list[str], settings: Settings, write_to: str | None, exit_
     all_rules = load_rules(settings.rules)
     check_all_selectors(settings, all_rules)
     rule_set = active_rules(all_rules, settings.select, settings.ignore, settings.preview)
-    result = audit_in_parallel(models, jobs, debug, target=target, rules=rule_set, keep_fp32=settings.keep_fp32,
+    deployment = Deployment.named(target, settings.converter, settings.keep_fp32)
+    result = audit_in_parallel(models, jobs, debug, deployment=deployment, rules=rule_set,
                                torch_options=torch_options, trace=trace_options, check_weights=settings.check_weights,
-                               dtype_maps=settings.format == "html", converter=settings.converter,
+                               dtype_maps=settings.format == "html",
                                dims=dims or (trace_options.dims if trace_options else None),
                                strict_dims=len(models) == 1)
     kept = drop_ignored(result.findings, {r.id: r for r in rule_set}, settings.per_model_ignores,

@@ -1,0 +1,52 @@
+"""The deployment target — the dtype a model is converted to, the converter that converts it and the nodes kept in
+float32 — and the one place that builds the resolver saying which dtype each node of a graph computes in."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from .converters import PLAIN, Converter, converter_named
+from .dtypes import Format, format_named
+
+if TYPE_CHECKING:
+    from .analysis.compute_dtype import DtypeResolver
+    from .ir import Graph, Node
+
+__all__ = ["Deployment"]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Where a model is going: its target format, the fp16 converter modelled (PLAIN: every float32 tensor runs in
+    the target), and the op types, node names and globs kept in float32 (--keep-fp32)."""
+
+    fmt: Format
+    converter: Converter = PLAIN
+    keep_fp32: tuple[str, ...] = ()
+
+    @classmethod
+    def named(cls, dtype: str | Format, converter: str | Converter | None = None,
+              keep_fp32: Sequence[str] = ()) -> Deployment:
+        """From the names the settings hold; KeyError names the choices for an unknown dtype or converter."""
+        fmt = dtype if isinstance(dtype, Format) else format_named(dtype)
+        return cls(fmt, converter_named(converter), tuple(keep_fp32))
+
+    def resolver(self, graph: Graph, keep_nodes: Sequence[Node] = (), keep_io: bool = False) -> DtypeResolver:
+        """The compute dtype of every node and value of graph when it runs at this target. keep_nodes: nodes a
+        keep-list under test keeps in float32; keep_io: the converter keeps the graph's inputs and outputs float32."""
+        from .analysis.compute_dtype import DtypeResolver
+
+        return DtypeResolver(graph, self.fmt, list(self.keep_fp32), self.converter, keep_nodes=tuple(keep_nodes),
+                             keep_io=keep_io)
+
+    def as_written(self) -> Deployment:
+        """A model a converter already wrote runs as it is stored: no converter to model, nothing kept by name."""
+        return dataclasses.replace(self, converter=PLAIN, keep_fp32=())
+
+    def without_converter(self) -> Deployment:
+        return dataclasses.replace(self, converter=PLAIN)
+
+    def at(self, fmt: Format) -> Deployment:
+        return dataclasses.replace(self, fmt=fmt)
