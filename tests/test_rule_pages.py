@@ -1,9 +1,11 @@
 """docs/rules/: a page per rule and the index, generated from the rule files; the committed pages are current; a
-stranger's rule renders on the site as text (checked with Python-Markdown as mkdocs runs it)."""
+stranger's rule renders on the site as text (checked with Python-Markdown as mkdocs runs it); the pages are written
+over no file the run read."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from dataclasses import replace
 from html.parser import HTMLParser
@@ -228,3 +230,70 @@ def test_any_rule_text_makes_no_markup_but_inline_code_and_emphasis(text):
     assert Counter(tag for tag, _ in page.elements if tag in BLOCK_TAGS) == \
         {"h1": 1, "h2": 8, "pre": 3, "table": 1, "tr": 2, "ul": 1, "li": 1}
 
+
+RULE = "id: US101\nname: own-page\nseverity: warning\nsummary: s\nsites: [norm]\ncondition: has_eps\nmessage: m\nfix: f\n"
+
+
+@pytest.mark.parametrize("name", ["index.md", "US101-own-page.md", "rule-schema.json"])
+def test_pages_are_never_written_over_a_rule_file_the_run_reads(name, tmp_path, capsys):
+    out = tmp_path / "pages"
+    out.mkdir()
+    rule = out / name
+    rule.write_text(RULE)
+    assert main(["rules", "--rules", str(rule), "--write-pages", str(out)]) == 2
+    assert capsys.readouterr().err == f"precaudit: {rule}: refusing to write the rule page over one of the inputs\n"
+    assert rule.read_text() == RULE and [p.name for p in out.iterdir()] == [name]  # no page written
+
+
+def test_a_page_that_is_a_rule_file_of_a_rules_folder_by_another_name_is_refused(tmp_path, capsys):
+    out = tmp_path / "pages"
+    folder = out / "rules"
+    folder.mkdir(parents=True)
+    rule = folder / "US101-own-page.yaml"
+    rule.write_text(RULE)
+    os.link(rule, out / "index.md")  # the same file: writing the index would replace the rule the run read
+    assert main(["rules", "--rules", str(folder), "--write-pages", str(out)]) == 2
+    assert capsys.readouterr().err == \
+        f"precaudit: {out / 'index.md'}: refusing to write the rule page over one of the inputs ({rule})\n"
+    assert sorted(p.name for p in out.iterdir()) == ["index.md", "rules"]
+    assert (out / "index.md").stat().st_ino == rule.stat().st_ino and rule.read_text() == RULE
+
+
+@pytest.mark.parametrize("obstacle", ["symlink", "folder"])
+def test_no_page_is_written_when_one_of_them_cannot_be(obstacle, tmp_path, capsys):
+    out = tmp_path / "pages"
+    out.mkdir()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text("mine")
+    schema = out / "rule-schema.json"  # the last page written
+    if obstacle == "symlink":
+        schema.symlink_to(elsewhere)
+    else:
+        schema.mkdir()
+    assert main(["rules", "--write-pages", str(out)]) == 2
+    problem = "is a symlink: precaudit writes no output through one (it could point at an input)" \
+        if obstacle == "symlink" else "is a directory: precaudit writes outputs over regular files only"
+    assert capsys.readouterr().err == f"precaudit: {schema}: {problem}\n"
+    assert [p.name for p in out.iterdir()] == ["rule-schema.json"] and elsewhere.read_text() == "mine"
+
+
+def test_the_pages_folder_may_not_be_a_symlink(tmp_path, capsys):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    assert main(["rules", "--write-pages", str(tmp_path / "link")]) == 2
+    assert capsys.readouterr().err == \
+        f"precaudit: {tmp_path / 'link'}: --write-pages: is a symlink; precaudit writes pages into a real folder\n"
+    assert list(real.iterdir()) == []
+
+
+@pytest.mark.parametrize("key, value", [("name", "../../outside"), ("id", "../US101"), ("name", "a/b")])
+def test_no_page_lands_outside_the_folder_whatever_a_rule_is_called(key, value, tmp_path):
+    """Page names are made of the rule's id and name, which the loader allows only as PA101 and kebab-case."""
+    rule = tmp_path / "r.yaml"
+    rule.write_text(json.dumps({**yaml.safe_load(RULE), key: value}))
+    out = tmp_path / "a" / "b" / "pages"
+    out.mkdir(parents=True)
+    assert main(["rules", "--rules", str(rule), "--write-pages", str(out)]) == 2
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == \
+        ["a", "a/b", "a/b/pages", "r.yaml"]
