@@ -124,20 +124,30 @@ def list_rules(*, rules: list[str], output_format: str, write_pages: Path | None
 
     all_rules = _rules_for_docs(rules)
     if write_pages is not None:
-        from .errors import InputError
-        from .escape import printable
-        from .files import write_new
-        from .report.rule_pages import rule_pages
-
-        if not write_pages.is_dir():
-            raise InputError(str(write_pages), "--write-pages: no such folder")
-        pages = rule_pages(all_rules)
-        for name, text in pages.items():
-            write_new(write_pages / name, text, may_replace=(write_pages / name,), what="the rule page")
-        _write_stdout(f"wrote {len(pages)} pages to {printable(str(write_pages))}\n")
-        return EXIT_CLEAN
+        return _write_pages(write_pages, all_rules)
     render = render_rule_json if output_format == "json" else render_rule_table
     _write_stdout(render(all_rules))
+    return EXIT_CLEAN
+
+
+def _write_pages(folder: Path, rules: list[Rule]) -> int:
+    """The rule pages, into a real folder, over no file the run read (a rule file given as DIR/index.md, or a hard
+    link to one): every page is checked before any is written, so a refusal leaves no half-written set."""
+    from .errors import InputError
+    from .escape import printable
+    from .files import check_output, write_new
+    from .report.rule_pages import rule_pages
+
+    if folder.is_symlink():
+        raise InputError(str(folder), "--write-pages: is a symlink; precaudit writes pages into a real folder")
+    if not folder.is_dir():
+        raise InputError(str(folder), "--write-pages: no such folder")
+    pages = rule_pages(rules)
+    for name in pages:
+        check_output(folder / name, what="the rule page")
+    for name, text in pages.items():
+        write_new(folder / name, text, what="the rule page")
+    _write_stdout(f"wrote {len(pages)} pages to {printable(str(folder))}\n")
     return EXIT_CLEAN
 
 
