@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+from ..escape import printable
 from ..rules.loader import Rule
 
 __all__ = ["placeholders", "render_rule_table", "render_rule_json", "render_explanation"]
@@ -32,7 +33,7 @@ def render_rule_table(rules: list[Rule]) -> str:
     fix_width = max((len(fixable(r)) for r in rules), default=3)
     lines = [f"{'id':<6} {'name':<{width}}  {'severity':<8}  {'default':<13}  {'fix':<{fix_width}}  summary"]
     lines += [f"{r.id:<6} {r.name:<{width}}  {r.severity:<8}  {default_state(r):<13}  {fixable(r):<{fix_width}}  "
-              f"{r.summary}" for r in rules]
+              f"{printable(' '.join(r.summary.split()))}" for r in rules]
     return "\n".join(lines) + "\n"
 
 
@@ -59,7 +60,8 @@ def render_explanation(rule: Rule) -> str:
     if rule.references:
         sections.append("References:\n" + "\n".join(f"  {ref}" for ref in rule.references))
     sections.append(f"Defined in {rule.source}")
-    return "\n\n".join(sections) + "\n"
+    # a rule file may be a stranger's: what a terminal would act on (escape sequences, bidi) shows escaped, line by line
+    return "\n".join(printable(line) for line in "\n\n".join(sections).split("\n")) + "\n"
 
 
 def _repair_words(rule: Rule) -> str:

@@ -68,10 +68,14 @@ def _help_text(rule: Rule) -> str:
 
 
 def _help_markdown(rule: Rule) -> str:
-    parts = [f"**{rule.id} {rule.name}**: {rule.summary}", _unwrap(rule.description),
-             f"Example:\n\n```text\n{rule.example}\n```" if rule.example else "",
-             f"**Fix:** {placeholders(rule.fix)}",
-             "\n".join(f"- <{ref}>" for ref in rule.references)]
+    """The rule's help as code scanning renders it: a stranger's rule text shows as written (report/markdown.py),
+    and only an http(s) reference is a link."""
+    from .markdown import code_block, link_or_text, one_line, prose
+
+    parts = [f"**{rule.id} {rule.name}**: {one_line(rule.summary)}", prose(_unwrap(rule.description)),
+             f"Example:\n\n{code_block(rule.example)}" if rule.example else "",
+             f"**Fix:** {prose(placeholders(rule.fix))}",
+             "\n".join(f"- {link_or_text(ref)}" for ref in rule.references)]
     return "\n\n".join(p for p in parts if p)
 
 
