@@ -275,7 +275,8 @@ def _rules_for_docs(extra: list[str]) -> list[Rule]:
 
 
 def _factories(no_factories: bool, trust_pickle: bool) -> bool:
-    """Whether a model.py:factory may be imported; --no-factories promises no code of the models' runs at all."""
+    """Whether a model.py:factory may be imported. --no-factories promises that no code from the models' side runs,
+    so unpickling a module is refused with it."""
     if no_factories and trust_pickle:
         raise UsageError("--trust-pickle unpickles code from the model file, which --no-factories forbids")
     return not no_factories

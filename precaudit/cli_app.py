@@ -151,9 +151,9 @@ def app() -> "typer.Typer":
         inputs: Inputs = [], samples: Samples = 1, dim: Dim = [], range_: Range = [], seed: Seed = 0,
         timeout: Timeout = 1800.0,
         trace_engine: Engine = "auto", output_format: ListFormat = "text",
-        no_factories: Annotated[bool, typer.Option("--no-factories", help="Accepted as check takes it: fix reads "
-                                                                          "ONNX files only and never imports "
-                                                                          "code.")] = False,
+        no_factories: Annotated[bool, typer.Option("--no-factories", help="Accepted for scripts that pass it to "
+                                                                          "every command: fix reads only ONNX "
+                                                                          "files and imports no code.")] = False,
         debug: Debug = False,
     ) -> None:
         raise typer.Exit(cli.fix(**_given(locals())))
