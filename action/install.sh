@@ -11,9 +11,9 @@ target="${PRECAUDIT_INSTALL:-}"
 if [ -z "$target" ]; then
   target="${GITHUB_ACTION_PATH:?GITHUB_ACTION_PATH is not set: give the install input}"
 fi
-python -m pip install --quiet --upgrade pip
+python -I -m pip install --quiet --upgrade pip
 if [ "${PRECAUDIT_TORCH:-false}" = "true" ]; then
-  python -m pip install --quiet torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
-  python -m pip install --quiet "onnxscript>=0.5"
+  python -I -m pip install --quiet torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+  python -I -m pip install --quiet "onnxscript>=0.5"
 fi
-python -m pip install --quiet -- "$target"
+python -I -m pip install --quiet -- "$target"

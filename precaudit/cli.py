@@ -49,7 +49,7 @@ def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp
           check_weights: bool | None, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str,
           range_: list[str], timeout: float,
           input_shape: list[str], input_dtype: str, trust_pickle: bool, no_color: bool, jobs: int | None,
-          debug: bool) -> int:
+          debug: bool, no_factories: bool = False) -> int:
     """Audit models against the target dtype (the default command)."""
     from .config import load_settings
     from .errors import InputError
@@ -77,7 +77,8 @@ def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp
         check_output(write_baseline, may_replace=_baseline_file(settings), what="the baseline")
     from .options import TRACE_ENGINES, TorchOptions, TraceOptions
 
-    torch_options = TorchOptions(_shapes(input_shape), input_dtype, trust_pickle, settings.autocast)
+    torch_options = TorchOptions(_shapes(input_shape), input_dtype, trust_pickle, settings.autocast,
+                                 factories=_factories(no_factories, trust_pickle))
     if trace_engine not in TRACE_ENGINES:
         raise InputError(None, f"--trace-engine {trace_engine!r}: choose {', '.join(TRACE_ENGINES[:-1])} or "
                                f"{TRACE_ENGINES[-1]}")
@@ -160,12 +161,13 @@ def explain(*, rule: str, rules: list[str]) -> int:
 
 
 def match(*, rule: str, model: str, node: str, dtype: str | None, keep_fp32: list[str], converter: str | None,
-          rules: list[str]) -> int:
+          rules: list[str], no_factories: bool = False) -> int:
     """Show, node by node, why a rule fires or does not: the pattern step that failed, or the condition's values."""
     from .analysis.compute_dtype import DtypeResolver
     from .audit_models import load_graph
     from .config import load_settings
     from .escape import printable
+    from .options import TorchOptions
     from .rules.match_trace import trace_rule
 
     given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules),
@@ -173,7 +175,7 @@ def match(*, rule: str, model: str, node: str, dtype: str | None, keep_fp32: lis
     settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
     chosen = _rule_named(rule, settings.rules)
     target = _target(settings)
-    graph = load_graph(model, target=target.name)
+    graph = load_graph(model, TorchOptions(factories=not no_factories), target=target.name)
     resolver = DtypeResolver(graph, target, settings.keep_fp32, settings.converter)
     lines = [f"{chosen.id} {chosen.name} on {printable(model)} (--dtype {resolver.target.name})"]
     lines += [f"  {printable(line)}" for line in trace_rule(graph, resolver, chosen, node)]
@@ -186,7 +188,7 @@ def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp3
               trace: bool, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str,
           range_: list[str], timeout: float,
               tolerance: float, max_runs: int, output_format: str, output: Path | None, input_shape: list[str],
-              input_dtype: str, trust_pickle: bool, debug: bool) -> int:
+              input_dtype: str, trust_pickle: bool, debug: bool, no_factories: bool = False) -> int:
     """The nodes to keep in float32, as your converter's arguments; verified by emulation with --trace."""
     from .files import check_output
     from .keeplist.command import keep_list_report
@@ -205,7 +207,8 @@ def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp3
     given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "select": _split(select),
              "ignore": _split(ignore)}
     text, code = keep_list_report(model, given, target_for,
-                            TorchOptions(_shapes(input_shape), input_dtype, trust_pickle), trace_options, tolerance,
+                            TorchOptions(_shapes(input_shape), input_dtype, trust_pickle,
+                                         factories=_factories(no_factories, trust_pickle)), trace_options, tolerance,
                             max_runs, output_format, dims=_dims(dim))
     _write(text, output)
     return code
@@ -216,7 +219,7 @@ def fix(*, model: str, output: Path | None, dtype: str | None, dry_run: bool, mi
         keep_fp32: list[str], converter: str | None, rules: list[str], select: list[str], ignore: list[str],
         trace: bool, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str,
           range_: list[str], timeout: float,
-        output_format: str, debug: bool) -> int:
+        output_format: str, debug: bool, no_factories: bool = False) -> int:
     """Repair what the audit found, minimally and locally; write a new model, checked against the original."""
     from .config import load_settings
     from .files import check_output
@@ -279,6 +282,14 @@ def _rules_for_docs(extra: list[str]) -> list[Rule]:
     from .rules.loader import load_rules
 
     return load_rules(load_settings({"rules": list(extra)} if extra else {}).rules)
+
+
+def _factories(no_factories: bool, trust_pickle: bool) -> bool:
+    """Whether a model.py:factory may be imported. --no-factories promises that no code from the models' side runs,
+    so unpickling a module is refused with it."""
+    if no_factories and trust_pickle:
+        raise UsageError("--trust-pickle unpickles code from the model file, which --no-factories forbids")
+    return not no_factories
 
 
 def _shapes(entries: list[str]) -> list[tuple[int, ...]]:
@@ -446,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     from .files import start_run
 
     args = sys.argv[1:] if argv is None else list(argv)
-    debug = "--debug" in args
+    debug = "--debug" in (args[:args.index("--")] if "--" in args else args)  # after --, a file named --debug
     start_run()
     try:
         with warnings.catch_warnings():  # a library's warning would be a second stderr line; the report says it all
@@ -481,9 +492,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _error(message: str) -> None:
-    """One line on stderr; a stderr that cannot be written to is not worth a second failure."""
+    """One line on stderr; a stderr that cannot be written to is not worth a second failure. A CI runner parses
+    stderr for workflow commands too: the line starts with `precaudit:`, and log_line breaks any `##[`."""
+    from .escape import log_line
     try:
-        sys.stderr.write(f"precaudit: {message}\n")
+        sys.stderr.write(log_line(f"precaudit: {message}\n"))
         sys.stderr.flush()
     except (OSError, ValueError, AttributeError):
         pass

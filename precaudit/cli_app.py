@@ -72,7 +72,7 @@ def app() -> "typer.Typer":
         inputs: Inputs = [], samples: Samples = 1, dim: Dim = [], range_: Range = [], seed: Seed = 0,
         timeout: Timeout = 1800.0,
         trace_engine: Engine = "auto", input_shape: InputShape = [], input_dtype: InputDtype = "fp32",
-        trust_pickle: TrustPickle = False,
+        trust_pickle: TrustPickle = False, no_factories: NoFactories = False,
         no_color: NoColor = False,
         jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, metavar="N",
                                                     help="Models audited at a time (default: the cores).")] = None,
@@ -97,7 +97,8 @@ def app() -> "typer.Typer":
     def match(rule: Annotated[str, typer.Argument(metavar="RULE", help="A rule id (PA203) or name.")],
               model: Annotated[str, typer.Argument(metavar="MODEL", help="The model to match the rule against.")],
               node: Annotated[str, typer.Option("--node", metavar="GLOB", help="Only nodes matching this glob.")] = "*",
-              dtype: Dtype = None, keep_fp32: KeepFp32 = [], converter: Converter = None, rules: Rules = []) -> None:
+              dtype: Dtype = None, keep_fp32: KeepFp32 = [], converter: Converter = None, rules: Rules = [],
+              no_factories: NoFactories = False) -> None:
         raise typer.Exit(cli.match(**_given(locals())))
 
     @application.command("keep-list", help="The nodes to keep in float32, as your converter's arguments; verified "
@@ -122,7 +123,7 @@ def app() -> "typer.Typer":
         output: Annotated[Optional[Path], typer.Option("--output", "-o", metavar="FILE",
                                                        help="Write the list to this file.")] = None,
         input_shape: InputShape = [], input_dtype: InputDtype = "fp32", trust_pickle: TrustPickle = False,
-        debug: Debug = False,
+        no_factories: NoFactories = False, debug: Debug = False,
     ) -> None:
         raise typer.Exit(cli.keep_list(**_given(locals())))
 
@@ -149,7 +150,11 @@ def app() -> "typer.Typer":
         trace: Annotated[bool, typer.Option("--trace", help="Also emulate both models in --dtype.")] = False,
         inputs: Inputs = [], samples: Samples = 1, dim: Dim = [], range_: Range = [], seed: Seed = 0,
         timeout: Timeout = 1800.0,
-        trace_engine: Engine = "auto", output_format: ListFormat = "text", debug: Debug = False,
+        trace_engine: Engine = "auto", output_format: ListFormat = "text",
+        no_factories: Annotated[bool, typer.Option("--no-factories", help="Accepted for scripts that pass it to "
+                                                                          "every command: fix reads only ONNX "
+                                                                          "files and imports no code.")] = False,
+        debug: Debug = False,
     ) -> None:
         raise typer.Exit(cli.fix(**_given(locals())))
 
@@ -240,6 +245,10 @@ InputDtype = Annotated[str, typer.Option("--input-dtype", metavar="DTYPE",
 TrustPickle = Annotated[bool, typer.Option("--trust-pickle",
                                            help="PyTorch: allow unpickling a whole module (runs code from the "
                                                 "file).")]
+NoFactories = Annotated[bool, typer.Option("--no-factories",
+                                           help="Import no Python code: every MODEL is a file, and model.py:factory "
+                                                "is then no such file; --trust-pickle is refused. For models from "
+                                                "a pull request (the GitHub Action passes it).")]
 Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")]
 # the report options check and train share
 ReportFormat = Annotated[Optional[str], typer.Option("--format", "-f", callback=formats, metavar="FORMAT",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["printable", "encodable", "exact_regex", "ESCAPED"]
+__all__ = ["printable", "encodable", "exact_regex", "log_line", "ESCAPED"]
 
 _SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
@@ -57,6 +57,16 @@ def printable(text: str) -> str:
     if text.isascii() and text.isprintable():  # most names: no character of ESCAPED, checked in C
         return text
     return text.translate(_TABLE)
+
+
+def log_line(line: str) -> str:
+    """A line for a CI log, with no `##[` left in it.
+
+    GitHub's runner still reads its older workflow-command syntax, `##[command]data`, anywhere in any line of a
+    step's stdout or stderr that is no `::command` line, and acts on it: an error annotation, add-mask, set-output.
+    The [ is written \\x5b, the visible escape printable uses, so a file named `##[error]x.onnx` stays readable.
+    """
+    return line.replace("##[", "##\\x5b")
 
 
 def encodable(text: str) -> str:

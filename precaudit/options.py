@@ -20,6 +20,8 @@ class TorchOptions:
     # run the float32 module under torch.autocast on this device ("cuda", "cpu"), --dtype its autocast dtype;
     # None: --dtype means model.to(dtype)
     autocast: str | None = None
+    # False (--no-factories): import no model.py:factory, so no Python code from the models' side runs
+    factories: bool = True
 
 
 @dataclass

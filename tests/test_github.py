@@ -58,6 +58,26 @@ def test_commas_and_colons_in_a_file_name_are_escaped(repo, capsys):
     assert capsys.readouterr().out.startswith("::error file=models/a%2Cb%3Ac.onnx,line=1,title=PA101 eps-underflow::")
 
 
+def test_the_runners_older_command_syntax_never_reaches_the_log(repo, capsys):
+    """The runner acts on `##[command]` anywhere in a line of stdout or stderr that is no `::command` (an annotation,
+    add-mask, set-output): a file named with it is written with \\x5b for its [ in every other line. An annotation
+    is parsed as the ::command it is, so its file= stays the real path GitHub links."""
+    save(fused_norm("LayerNormalization", epsilon=1e-12, stash_type=0), repo / "models" / "##[error]boom.onnx")
+    (repo / "models" / "##[set-output name=x]y.onnx").write_bytes(b"garbage")
+    assert main(["models/##[error]boom.onnx", "models/##[set-output name=x]y.onnx", "--format", "github"]) == 2
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0].startswith("::error file=models/##[error]boom.onnx,line=1,title=PA101 eps-underflow::eps 1e-12 ")
+    assert lines[1:] == ["::error file=models/##[set-output name=x]y.onnx,title=precaudit could not audit this "
+                         "model::not a readable ONNX model (DecodeError: Error parsing message with type "
+                         "'onnx.ModelProto': Wire format was corrupt)",
+                         "Found 1 finding in 1 model (models/##\\x5berror]boom.onnx): 1 error, 0 warnings, 0 info; 1 "
+                         "model could not be audited."]
+    assert err.splitlines() == ["precaudit: models/##\\x5bset-output name=x]y.onnx: not a readable ONNX model "
+                                "(DecodeError: Error parsing message with type 'onnx.ModelProto': Wire format was "
+                                "corrupt)"]
+
+
 def test_escaping_follows_githubs_rules():
     assert escape_data("100% sure\r\nnext: a, b") == "100%25 sure%0D%0Anext: a, b"
     assert escape_property("100% sure\r\nnext: a, b") == "100%25 sure%0D%0Anext%3A a%2C b"

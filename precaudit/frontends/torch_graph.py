@@ -117,12 +117,13 @@ def _factory_model(spec: str, options: TorchOptions) -> Iterator[tuple[nn.Module
     sys.path is restored and the modules imported from that folder are forgotten, so the next model's
     `import layers` finds its own layers.py, not this one's.
     """
-    from .torch_input import registered
+    from .torch_input import check_importable, registered
 
     given = registered(spec)
     if given is not None:  # a module the Python API handed over: nothing to import
         yield given
         return
+    check_importable(spec, options.factories)  # here, where the import happens, whoever called
     target = spec.rpartition(":")[0]
     folder = check_regular(target).resolve().parent if target.endswith(".py") else None
     with _isolated_imports(folder):

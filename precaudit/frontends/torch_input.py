@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from ..ir import Graph
 from ..options import TorchOptions
 
 __all__ = ["is_torch_input", "load_torch", "load_torch_for_trace", "torch_input_files", "register_module",
-           "unregister_module", "registered"]
+           "unregister_module", "registered", "factory_spec", "check_importable"]
 
 _FACTORY = re.compile(r"^(?P<target>[^:]+\.py|[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_]\w*)\Z")
 _FILES = (".pt2", ".pt", ".pth", ".ts")
@@ -41,21 +42,43 @@ def registered(spec: str) -> tuple | None:
 
 def is_torch_input(spec: str) -> bool:
     """model.py:make_model, package.module:factory, a .pt2 / TorchScript file, or a module the API registered."""
-    return spec in _REGISTERED or spec.lower().endswith(_FILES) or bool(_FACTORY.match(spec))
+    return spec in _REGISTERED or spec.lower().endswith(_FILES) or factory_spec(spec) is not None
+
+
+def factory_spec(spec: str) -> re.Match[str] | None:
+    """model.py:make or package.module:make, taken apart by _FACTORY; None for anything else.
+
+    An argument that names an existing file or folder (a dangling symlink too) is that path, never a factory: a
+    pull request can add evil.py and a file named `evil.py:make` beside it, and a CI glob such as `models/*`
+    hands that name over as a path to audit, not as code to import.
+    """
+    if spec in _REGISTERED or os.path.lexists(spec):
+        return None
+    return _FACTORY.match(spec)
+
+
+def check_importable(spec: str, factories: bool = True) -> None:
+    """Refuse, as one InputError, to import a factory spec that names an existing path, or any factory when the
+    user said --no-factories (then model.py:make is a missing model file, like any other)."""
+    if os.path.lexists(spec):
+        raise InputError(spec, "names a file, not a factory: precaudit reads a path it is given as a file, never "
+                               "imports it as code")
+    if not factories:
+        raise InputError(spec, "no such file (--no-factories: precaudit imports no model.py:factory)")
 
 
 def torch_input_files(spec: str) -> list[Path]:
     """The source files a PyTorch model spec reads, found without importing torch or running the model's code.
 
-    A .pt2/.pt file is itself; model.py:factory is model.py (what model.py imports is known only by running it);
-    package.module:factory is the module's file when its top-level package is found on sys.path without
-    importing it (find_spec of a dotted name would import the parent packages), else nothing.
+    A .pt2/.pt file, or any existing path, is itself; model.py:factory is model.py (what model.py imports is known
+    only by running it); package.module:factory is the module's file when its top-level package is found on
+    sys.path without importing it (find_spec of a dotted name would import the parent packages), else nothing.
     """
     if spec in _REGISTERED:
         return []
-    if spec.lower().endswith(_FILES):
+    if spec.lower().endswith(_FILES) or os.path.lexists(spec):
         return [Path(spec)]
-    match = _FACTORY.match(spec)
+    match = factory_spec(spec)
     if not match:
         return []
     target = match["target"]
@@ -95,6 +118,7 @@ def _submodule_file(folders: list[str], parts: list[str]) -> Path | None:
 
 def load_torch(spec: str, options: TorchOptions, target: str) -> Graph:
     """Import torch only now: ONNX audits and --version never pay for it."""
+    _check_factories(spec, options)
     _require_torch(spec)
     from .torch_graph import load_torch_graph
     from .user_code import stopped_as_error
@@ -105,12 +129,20 @@ def load_torch(spec: str, options: TorchOptions, target: str) -> Graph:
 
 def load_torch_for_trace(spec: str, options: TorchOptions, target: str) -> Graph:
     """The model exported to ONNX, which traced mode's emulator runs."""
+    _check_factories(spec, options)
     _require_torch(spec)
     from .torch_graph import load_torch_as_onnx
     from .user_code import stopped_as_error
 
     with stopped_as_error(spec):
         return load_torch_as_onnx(spec, options, target)
+
+
+def _check_factories(spec: str, options: TorchOptions) -> None:
+    """Before torch is imported: with --no-factories a factory spec is a missing file, whether torch is there or not
+    (torch_graph checks again where it imports)."""
+    if spec not in _REGISTERED and not spec.lower().endswith(_FILES):
+        check_importable(spec, options.factories)
 
 
 def _require_torch(spec: str) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..escape import printable
+from ..escape import log_line, printable
 from .locations import full_message, relative_path, shown
 from .outcome import Outcome
 from .text import summary_line
@@ -30,7 +30,8 @@ def render_github(outcome: Outcome) -> str:
         props = {"file": printable(relative_path(e.file, outcome.root))} if e.file else {}
         props["title"] = "precaudit could not audit this model"
         lines.append(_command("error", props, printable(e.problem)))
-    lines.append(summary_line(outcome.result))
+    # the ::commands above are parsed as such, never as the runner's older ##[ syntax: their file= stays the path
+    lines.append(log_line(summary_line(outcome.result)))
     return "\n".join(lines) + "\n"
 
 
