@@ -297,3 +297,30 @@ def test_no_page_lands_outside_the_folder_whatever_a_rule_is_called(key, value, 
     assert main(["rules", "--rules", str(rule), "--write-pages", str(out)]) == 2
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == \
         ["a", "a/b", "a/b/pages", "r.yaml"]
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_a_strangers_rule_in_sarif_help_makes_no_markup(case, tmp_path):
+    """Code scanning renders a rule's help.markdown: the same escaping as the pages, and no link at all from a
+    reference that is not http(s)."""
+    text, _ = HOSTILE[case]
+    rule = write_hostile_rule(tmp_path, text)
+    out = tmp_path / "r.sarif"
+    model = DOCS.parent.parent / "examples" / "tiny_block_fp16.onnx"
+    main([str(model), "--rules", str(rule), "--select", "US101", "-f", "sarif", "-o", str(out)])
+    [help_md] = [r["help"]["markdown"] for r in json.loads(out.read_text())["runs"][0]["tool"]["driver"]["rules"]
+                 if r["id"] == "US101"]
+    check_markup(Rendered(help_md), [])  # no element but Markdown's own, no link, no src, no handler
+
+
+def test_an_http_reference_in_sarif_help_is_a_link_and_others_are_text(tmp_path):
+    rule = write_hostile_rule(tmp_path, "x")
+    data = json.loads(rule.read_text())
+    data["references"] = ["https://example.com/a_b", "javascript:alert(1)", "https://evil.example/<x>"]
+    rule.write_text(json.dumps(data))
+    out = tmp_path / "r.sarif"
+    main([str(DOCS.parent.parent / "examples" / "tiny_block_fp16.onnx"), "--rules", str(rule), "--select", "US101", "-f", "sarif",
+          "-o", str(out)])
+    [help_md] = [r["help"]["markdown"] for r in json.loads(out.read_text())["runs"][0]["tool"]["driver"]["rules"]
+                 if r["id"] == "US101"]
+    check_markup(Rendered(help_md), ["https://example.com/a_b"])
