@@ -9,9 +9,15 @@ format the command line writes (and as HTML in a notebook). keep_list() and fix(
 `precaudit fix`. They run the same pass as the commands: the same rules, inline suppressions, per-model and
 per-node ignores, baseline and converter model.
 
-Errors: arguments that cannot work (an unknown dtype, a rule file that does not load, a selector that names no
-rule) raise precaudit.InputError, with the file and the problem. A model that cannot be audited (a broken file, a
-factory that raises) is an entry in Report.errors, and Report.exit_code is then 2, as on the command line.
+Errors: every argument is checked before any model is read, by the same check the command line's flag and the
+pyproject's key get: a wrong type or value (an unknown dtype, samples=0 or samples=True, a rule file that does not
+load, a selector that names no rule) raises precaudit.InputError, one line naming the argument (or the file) and
+saying what is allowed. A model that cannot be audited (a broken file, a factory that raises) is an entry in
+Report.errors, and Report.exit_code is then 2, as on the command line.
+
+Lists (select, ignore, keep_fp32, rules) are lists or tuples of strings (rules: of paths, str or os.PathLike). A bare
+string is refused, not taken as one item: select="PA1" would otherwise be read as the selectors "P", "A", "1"; write
+select=["PA1"]. Paths are a str or an os.PathLike.
 """
 
 from __future__ import annotations
@@ -21,9 +27,10 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .errors import InputError
+from .options import argument, check_bool, check_choice, check_int, check_number, check_path, check_paths, shown
 
 if TYPE_CHECKING:
     from .finding import Finding
@@ -64,7 +71,7 @@ class Report:
 
     def to_text(self, color: bool = False, group: bool = True) -> str:
         from .report.text import render_text
-        return render_text(self.outcome, color=color, group=group)
+        return render_text(self.outcome, color=check_bool(color, "color"), group=check_bool(group, "group"))
 
     def to_json(self) -> str:
         from .report.json import render_json
@@ -102,102 +109,155 @@ class Report:
 def audit(model: Any, dtype: str = "fp16", *, select: Sequence[str] | None = None,
           ignore: Sequence[str] | None = None, keep_fp32: Sequence[str] = (), converter: str | None = None,
           autocast: str | None = None, trace: Any = None, config: str | os.PathLike | None = "pyproject",
-          baseline: str | None = None, fail_on: str | None = None, rules: Sequence[str] = (),
-          preview: bool | None = None, check_weights: bool | None = None, example_inputs: Any = None,
-          trust_pickle: bool = False) -> Report:
+          baseline: str | os.PathLike | None = None, fail_on: str | None = None,
+          rules: Sequence[str | os.PathLike] = (), preview: bool | None = None, check_weights: bool | None = None,
+          example_inputs: Any = None, trust_pickle: bool = False) -> Report:
     """Audit one model, or several (a list of paths), against dtype.
 
-    model: a path (an .onnx file, model.py:factory, package.module:factory, a .pt2 or TorchScript file), an
-    onnx.ModelProto, or a torch.nn.Module with example_inputs (a tensor or a tuple of them).
+    model: a path (an .onnx file, model.py:factory, package.module:factory, a .pt2 or TorchScript file), a list of
+    paths, an onnx.ModelProto, or a torch.nn.Module with example_inputs (a tensor or a tuple of tensors).
     trace: None/False for a static audit; True for traced mode on synthesized inputs; a path or a list of paths of
-    .npz batches; or a dict of TraceOptions fields (inputs, samples, dims, seed, engine, ranges).
+    .npz batches; or a dict of TraceOptions fields (inputs, samples, dims, seed, engine, ranges, timeout).
     config: "pyproject" finds the nearest [tool.precaudit] as the command line does; None reads none; a path reads
-    that pyproject.toml. Keyword arguments override it as flags do.
+    that pyproject.toml. Keyword arguments override it as flags do. Lists: see the module's docstring.
     """
     from .options import TorchOptions
     from .pipeline import run_audit
 
-    given = {"dtype": dtype, "keep_fp32": list(keep_fp32), "rules": list(rules), "select": list(select or ()),
-             "ignore": list(ignore or ()), "preview": preview, "fail_on": fail_on, "baseline": baseline,
-             "check_weights": check_weights, "converter": converter, "autocast": autocast}
-    settings = _settings(given, config)
-    trace_options = _trace_options(trace)
+    _check_model(model, ("path", "paths", "proto", "module"))
+    _check_example_inputs(model, example_inputs)
+    trust_pickle = check_bool(trust_pickle, "trust_pickle")
+    trace_options = _trace_options(trace, "trace")
+    settings = _settings({"dtype": dtype, "keep_fp32": keep_fp32, "rules": rules, "select": select,
+                          "ignore": ignore, "preview": preview, "fail_on": fail_on, "baseline": baseline,
+                          "check_weights": check_weights, "converter": converter, "autocast": autocast}, config)
     torch_options = TorchOptions(autocast=settings.autocast, trust_pickle=trust_pickle)
-    with _as_paths(model, example_inputs) as (paths, shown):
+    with _as_paths(model, example_inputs) as (paths, shown_as):
         outcome = run_audit(paths, settings, None, False, torch_options, trace_options)
-        _rename(outcome, shown)
+        _rename(outcome, shown_as)
     return Report(outcome)
 
 
 def keep_list(model: Any, for_: str, dtype: str = "fp16", *, keep_fp32: Sequence[str] = (), trace: Any = None,
               tolerance: float = 1e-2, max_runs: int = 30, config: str | os.PathLike | None = "pyproject",
-              rules: Sequence[str] = ()) -> KeepList:
+              rules: Sequence[str | os.PathLike] = ()) -> KeepList:
     """`precaudit keep-list MODEL --for CONVERTER`: the nodes to keep in float32, the converter's arguments
-    (KeepList.snippet()), its verdict (.verified, .exit_code); model a path or an onnx.ModelProto."""
+    (KeepList.snippet()), its verdict (.verified, .exit_code); model a path or an onnx.ModelProto. tolerance: a
+    finite number above 0; max_runs: a whole number >= 1."""
+    from .keeplist import FOR_TARGETS
     from .keeplist.command import build_checked
 
-    settings = _settings({"dtype": dtype, "keep_fp32": list(keep_fp32), "rules": list(rules)}, config)
+    _check_model(model, ("path", "proto"))
+    # build_checked checks these too, but only once a ModelProto has been written to a scratch file
+    for_ = check_choice(for_, FOR_TARGETS, "for_")
+    tolerance = check_number(tolerance, "tolerance", minimum=0.0, above=True)
+    max_runs = check_int(max_runs, "max_runs", 1)
+    trace_options = _trace_options(trace, "trace")
+    settings = _settings({"dtype": dtype, "keep_fp32": keep_fp32, "rules": rules}, config)
     with _as_paths(model, None) as (paths, _):
-        return build_checked(paths[0], settings, for_, None, _trace_options(trace), tolerance, max_runs)
+        return build_checked(paths[0], settings, for_, None, trace_options, tolerance, max_runs)
 
 
 def fix(model: str | os.PathLike, output: str | os.PathLike | None = None, dtype: str = "fp16", *,
-        dry_run: bool = False, inputs: Any = None, tolerance: float = 1e-3, data_floor: str = "keep",
+        dry_run: bool = False, inputs: Any = None, tolerance: float = 1e-3, data_floor: str | float = "keep",
         min_eps: float | None = None, keep_fp32: Sequence[str] = (), converter: str | None = None,
         select: Sequence[str] | None = None, ignore: Sequence[str] | None = None, trace: bool = False,
-        config: str | os.PathLike | None = "pyproject", rules: Sequence[str] = ()) -> FixResult:
+        config: str | os.PathLike | None = "pyproject", rules: Sequence[str | os.PathLike] = ()) -> FixResult:
     """`precaudit fix MODEL -o OUTPUT`: repair, gate each repair on the float32 change it makes on `inputs` (a path
-    or list of .npz batches, or TraceOptions fields as a dict), write OUTPUT only after every check;
-    FixResult.exit_code says what the command line would exit with."""
+    or list of .npz batches, or TraceOptions fields as a dict; None: synthesized), write OUTPUT only after every
+    check; FixResult.exit_code says what the command line would exit with. data_floor: keep, subnormal, normal or a
+    number; min_eps, tolerance and data_floor are checked against dtype before the model is read."""
     from .fixer.command import run_checked
     from .options import TraceOptions
 
-    settings = _settings({"dtype": dtype, "keep_fp32": list(keep_fp32), "rules": list(rules),
-                          "select": list(select or ()), "ignore": list(ignore or ()), "converter": converter},
-                         config)
-    options = _trace_options(inputs if inputs is not None else True) or TraceOptions()
-    return run_checked(str(model), settings, None if output is None else str(output), dry_run, min_eps, options,
-                       trace, tolerance, data_floor)
+    model = check_path(model, "model")
+    output = None if output is None else check_path(output, "output")
+    dry_run, trace = check_bool(dry_run, "dry_run"), check_bool(trace, "trace")
+    if isinstance(inputs, bool):  # trace= switches traced mode on; inputs= says which inputs the checks run on
+        raise InputError(None, f"inputs: must be .npz paths or a dict of TraceOptions fields, got {inputs}")
+    options = _trace_options(inputs, "inputs") or TraceOptions()
+    settings = _settings({"dtype": dtype, "keep_fp32": keep_fp32, "rules": rules, "select": select,
+                          "ignore": ignore, "converter": converter}, config)
+    # run_checked checks min_eps, tolerance, data_floor and the selectors, named as settings.named names them, first
+    return run_checked(model, settings, output, dry_run, min_eps, options, trace, tolerance, data_floor)
 
 
 # ---- the arguments as the pipeline takes them ------------------------------------------------------------------
 
-def _settings(given: dict, config: str | os.PathLike | None):
+def _settings(given: dict, config: Any):
+    """The pyproject that config names under the arguments given (None and empty lists: not given), each checked by
+    config.check_setting as its flag and its pyproject key are, and named as the argument."""
     from .config import load_settings
 
-    chosen = {k: v for k, v in given.items() if v not in (None, [])}
-    if config == "pyproject":
-        return load_settings(chosen)
-    return load_settings(chosen, config=None if config is None else Path(config))
+    chosen = {k: v for k, v in given.items() if v is not None and not (isinstance(v, (list, tuple)) and not v)}
+    if isinstance(config, str) and config == "pyproject":
+        return load_settings(chosen, named=argument)
+    if config is not None and not isinstance(config, (str, os.PathLike)):
+        raise InputError(None, f'config: must be "pyproject", None or the path of a pyproject.toml, got '
+                               f'{shown(config)}')
+    path = None if config is None else Path(check_path(config, "config"))
+    return load_settings(chosen, config=path, named=argument)
 
 
-def _trace_options(trace: Any):
-    from .options import TraceOptions
+def _trace_options(value: Any, name: str):
+    """trace= (or fix's inputs=) as TraceOptions: every field checked, and named as the caller wrote it
+    (trace['samples'])."""
+    from .options import TraceOptions, check_trace_option
 
-    if trace is None or trace is False:
+    if value is None or value is False:
         return None
-    if trace is True:
+    if value is True:
         return TraceOptions()
-    if isinstance(trace, TraceOptions):
-        return trace
-    if isinstance(trace, (str, os.PathLike)):
-        return TraceOptions(inputs=[str(trace)])
-    if isinstance(trace, dict):
-        known = set(TraceOptions.__dataclass_fields__)
-        unknown = sorted(set(trace) - known)
-        if unknown:
-            raise InputError(None, f"trace: unknown option {unknown[0]!r} (choose from {', '.join(sorted(known))})")
-        options = TraceOptions(**trace)
-        options.inputs = [str(p) for p in options.inputs]
-        return options
-    if isinstance(trace, Iterable):
-        return TraceOptions(inputs=[str(p) for p in trace])
-    raise InputError(None, f"trace: expected True, .npz paths or a dict of options, got {type(trace).__name__}")
+    if isinstance(value, (str, os.PathLike)):
+        return TraceOptions(inputs=[check_path(value, name)])
+    if isinstance(value, (list, tuple)):
+        return TraceOptions(inputs=check_paths(value, name))
+    if isinstance(value, TraceOptions):  # checked again: its fields may have been changed since it was made
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if not isinstance(value, dict):
+        raise InputError(None, f"{name}: must be True, .npz paths or a dict of TraceOptions fields, got "
+                               f"{type(value).__name__}")
+    known = [f.name for f in dataclasses.fields(TraceOptions)]
+    unknown = [k for k in value if k not in known]
+    if unknown:
+        raise InputError(None, f"{name}: unknown option {shown(unknown[0])} (choose from {', '.join(sorted(known))})")
+    return TraceOptions(**{k: check_trace_option(k, v, f"{name}[{k!r}]") for k, v in value.items()})
+
+
+_KINDS = {"path": "a path", "paths": "a list of paths", "proto": "an onnx.ModelProto", "module": "a torch.nn.Module"}
+
+
+def _check_model(model: Any, accepts: tuple[str, ...]) -> None:
+    """model is one of the kinds the function accepts; a path is a str or an os.PathLike, never empty."""
+    if isinstance(model, (str, os.PathLike)):
+        check_path(model, "model")
+    elif isinstance(model, (list, tuple)) and "paths" in accepts:
+        if not check_paths(model, "model"):
+            raise InputError(None, "model: an empty list names no model")
+    elif not ("proto" in accepts and _is_proto(model)) and not ("module" in accepts and _is_module(model)):
+        kinds = [_KINDS[k] for k in accepts]
+        raise InputError(None, f"model: expected {', '.join(kinds[:-1])} or {kinds[-1]}, got {type(model).__name__}")
+
+
+def _check_example_inputs(model: Any, example_inputs: Any) -> None:
+    """An nn.Module needs example_inputs, a tensor or a tuple of them; any other model has its own inputs."""
+    if not _is_module(model):
+        if example_inputs is not None:
+            raise InputError(None, "example_inputs: only a torch.nn.Module model takes them (a path or an ONNX model "
+                                   "has its own inputs)")
+        return
+    import torch
+
+    items = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    if example_inputs is None or not all(isinstance(t, torch.Tensor) for t in items):
+        raise InputError(None, f"example_inputs: auditing an nn.Module needs example_inputs= (a tensor or a tuple of "
+                               f"tensors), got {type(example_inputs).__name__}")
 
 
 class _as_paths:
-    """The model as the pipeline reads it: paths as they are; an onnx.ModelProto saved into a scratch folder; an
-    nn.Module registered for the torch frontend under a name of its own. Findings name the object, not the file."""
+    """The model as the pipeline reads it (checked by _check_model): paths as they are; an onnx.ModelProto saved into
+    a scratch folder; an nn.Module registered for the torch frontend under a name of its own. Findings name the
+    object, not the file."""
 
     def __init__(self, model: Any, example_inputs: Any):
         self.model, self.example_inputs = model, example_inputs
@@ -207,25 +267,20 @@ class _as_paths:
     def __enter__(self) -> tuple[list[str], dict[str, str]]:
         model = self.model
         if isinstance(model, (str, os.PathLike)):
-            return [str(model)], {}
-        if isinstance(model, (list, tuple)) and model and all(isinstance(m, (str, os.PathLike)) for m in model):
-            return [str(m) for m in model], {}
-        if type(model).__name__ == "ModelProto" and hasattr(model, "SerializeToString"):
+            return [os.fspath(model)], {}
+        if isinstance(model, (list, tuple)):
+            return [os.fspath(m) for m in model], {}
+        if _is_proto(model):
             self._folder = tempfile.TemporaryDirectory(prefix="precaudit-")
             path = os.path.join(self._folder.name, "model.onnx")
             with open(path, "wb") as fh:
                 fh.write(model.SerializeToString())
             name = model.graph.name or "model"
             return [path], {path: f"<onnx.ModelProto {name}>"}
-        if _is_module(model):
-            from .frontends.torch_input import register_module
+        from .frontends.torch_input import register_module
 
-            if self.example_inputs is None:
-                raise InputError(None, "auditing an nn.Module needs example_inputs= (a tensor or a tuple of them)")
-            self._registered = register_module(model, self.example_inputs)
-            return [self._registered], {self._registered: f"<{type(model).__name__}>"}
-        raise InputError(None, f"model: expected a path, an onnx.ModelProto or a torch.nn.Module, got "
-                               f"{type(model).__name__}")
+        self._registered = register_module(model, self.example_inputs)
+        return [self._registered], {self._registered: f"<{type(model).__name__}>"}
 
     def __exit__(self, *exc) -> None:
         if self._folder is not None:
@@ -233,6 +288,10 @@ class _as_paths:
         if self._registered is not None:
             from .frontends.torch_input import unregister_module
             unregister_module(self._registered)
+
+
+def _is_proto(model: Any) -> bool:
+    return type(model).__name__ == "ModelProto" and hasattr(model, "SerializeToString")
 
 
 def _is_module(model: Any) -> bool:
@@ -260,16 +319,25 @@ def _rename(outcome: Outcome, shown: dict[str, str]) -> None:
 def train_audit(model: Any, inputs: Any = None, loss_fn: Any = None, optimizer: Any = None, *,
                 regime: str = "amp-fp16", trace: bool = False, steps: int = 1, seed: int = 0,
                 loss_scale: float | None = None, lr: float | None = None, select: Sequence[str] | None = None,
-                ignore: Sequence[str] | None = None, rules: Sequence[str] = (), fail_on: str = "error",
-                baseline: str | None = None) -> Report:
-    """`precaudit train`: a factory spec ("model.py:make"), or the model with its inputs (and loss_fn, optimizer)
-    as objects. Returns a Report; a model that cannot be audited is in Report.errors (exit code 2)."""
+                ignore: Sequence[str] | None = None, rules: Sequence[str | os.PathLike] = (), fail_on: str = "error",
+                baseline: str | os.PathLike | None = None) -> Report:
+    """`precaudit train`: a factory spec ("model.py:make"), or the model (a torch.nn.Module) with its inputs (and
+    loss_fn, optimizer) as objects. Returns a Report; a model that cannot be audited is in Report.errors (exit code
+    2). select, ignore, rules, fail_on and baseline are checked as audit() checks them; the training options by
+    TrainOptions."""
+    from .config import check_setting
     from .train.audit import TrainOptions, run_train_audit
 
+    spec = check_path(model, "model") if isinstance(model, (str, os.PathLike)) else None
+    if spec is None and not _is_module(model):
+        raise InputError(None, f"model: expected a factory spec (model.py:make) or a torch.nn.Module, got "
+                               f"{type(model).__name__}")
+    shared = {name: check_setting(name, value, name) for name, value in
+              {"select": select, "ignore": ignore, "rules": rules, "fail_on": fail_on, "baseline": baseline}.items()
+              if value is not None}
     options = TrainOptions(regime=regime, trace=trace, steps=steps, seed=seed, loss_scale=loss_scale, lr=lr,
-                           select=list(select or ()), ignore=list(ignore or ()), rules=list(rules),
-                           fail_on=fail_on, baseline=baseline)
-    if isinstance(model, (str, os.PathLike)):
-        return Report(run_train_audit(os.fspath(model), options))
+                           **shared)
+    if spec is not None:
+        return Report(run_train_audit(spec, options))
     made = (model, inputs, loss_fn, optimizer)
     return Report(run_train_audit(f"<{type(model).__name__} object>", options, made=made))

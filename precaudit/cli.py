@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import math
 import os
 import sys
 import traceback
@@ -15,7 +14,7 @@ from . import __version__
 
 if TYPE_CHECKING:  # the heavy modules load only when a command needs them, so --version stays instant
     from .config import Settings
-    from .dtypes import Format
+    from .options import TraceOptions
     from .report.outcome import Outcome
     from .rules.loader import Rule
 
@@ -34,14 +33,6 @@ def _bad_value(option: str, problem: str) -> UsageError:
     return UsageError(f"Invalid value for '{option}': {problem}")
 
 
-def _converter_name(value: str | None) -> str | None:
-    from .converters import CONVERTER_NAMES
-
-    if value is not None and value not in CONVERTER_NAMES:
-        raise _bad_value("--converter", f"unknown converter {value!r}; choose one of {', '.join(CONVERTER_NAMES)}")
-    return value
-
-
 def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp32: list[str], converter: str | None,
           rules: list[str], select: list[str], ignore: list[str], preview: bool | None, output_format: str | None,
           no_group: bool, output: Path | None, fail_on: str | None, exit_zero: bool, statistics: bool,
@@ -58,8 +49,7 @@ def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp
     given = {"dtype": dtype, "autocast": autocast, "keep_fp32": _split(keep_fp32), "rules": list(rules),
              "select": _split(select),
              "ignore": _split(ignore), "preview": preview, "format": output_format,
-             "fail_on": fail_on, "baseline": baseline, "check_weights": check_weights,
-             "converter": _converter_name(converter)}
+             "fail_on": fail_on, "baseline": baseline, "check_weights": check_weights, "converter": converter}
     # Only flags the user typed override the pyproject: None and empty lists mean "not given".
     settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
     if show_settings:
@@ -75,27 +65,21 @@ def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp
         check_output(output)
     if write_baseline is not None:  # rewriting the baseline in place is how it is refreshed
         check_output(write_baseline, may_replace=_baseline_file(settings), what="the baseline")
-    from .options import TRACE_ENGINES, TorchOptions, TraceOptions
+    from .options import TorchOptions
 
     torch_options = TorchOptions(_shapes(input_shape), input_dtype, trust_pickle, settings.autocast,
                                  factories=_factories(no_factories, trust_pickle))
-    if trace_engine not in TRACE_ENGINES:
-        raise InputError(None, f"--trace-engine {trace_engine!r}: choose {', '.join(TRACE_ENGINES[:-1])} or "
-                               f"{TRACE_ENGINES[-1]}")
-    trace_options = TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine, ranges=_ranges(range_),
-                                 timeout=timeout or None,
-                                 progress=settings.format == "text" and output is None and _color_ok(no_color)) \
-        if trace else None
+    trace_options = _trace_options(inputs, samples, dim, seed, trace_engine, range_, timeout)
+    trace_options.progress = settings.format == "text" and output is None and _color_ok(no_color)
     from .parallel import default_jobs
 
     jobs = min(jobs or default_jobs(), len(models))
-    if trace_options is not None and jobs > 1:
+    if jobs > 1:
         trace_options.progress = False  # one progress line per worker would interleave
     from .pipeline import run_audit
 
-    _target(settings)  # a bad --dtype is a usage error, said as one
-    outcome = run_audit(models, settings, write_baseline, exit_zero, torch_options, trace_options, jobs, debug,
-                        dims=_dims(dim))
+    outcome = run_audit(models, settings, write_baseline, exit_zero, torch_options, trace_options if trace else None,
+                        jobs, debug, dims=trace_options.dims)
     for err in outcome.result.errors:
         _error(str(err))
     if write_baseline is not None:
@@ -109,14 +93,6 @@ def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp
         text = _render(outcome, output is None and _color_ok(no_color), group=not no_group)
     _write(text, output)
     return outcome.exit_code
-
-
-def _target(settings: Settings) -> Format:
-    from .dtypes import format_named
-    try:
-        return format_named(settings.dtype)
-    except KeyError as exc:  # a pyproject dtype was checked when the config was read, so this is the flag
-        raise _bad_value("--dtype", str(exc.args[0])) from None
 
 
 def list_rules(*, rules: list[str], output_format: str, write_pages: Path | None = None) -> int:
@@ -166,15 +142,15 @@ def match(*, rule: str, model: str, node: str, dtype: str | None, keep_fp32: lis
     from .analysis.compute_dtype import DtypeResolver
     from .audit_models import load_graph
     from .config import load_settings
+    from .dtypes import format_named
     from .escape import printable
     from .options import TorchOptions
     from .rules.match_trace import trace_rule
 
-    given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules),
-             "converter": _converter_name(converter)}
+    given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "converter": converter}
     settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
     chosen = _rule_named(rule, settings.rules)
-    target = _target(settings)
+    target = format_named(settings.dtype)
     graph = load_graph(model, TorchOptions(factories=not no_factories), target=target.name)
     resolver = DtypeResolver(graph, target, settings.keep_fp32, settings.converter)
     lines = [f"{chosen.id} {chosen.name} on {printable(model)} (--dtype {resolver.target.name})"]
@@ -192,15 +168,12 @@ def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp3
     """The nodes to keep in float32, as your converter's arguments; verified by emulation with --trace."""
     from .files import check_output
     from .keeplist.command import keep_list_report
-    from .options import TRACE_ENGINES, TorchOptions, TraceOptions
+    from .options import TorchOptions
 
     if output is not None:
         check_output(output)
-    if trace_engine not in TRACE_ENGINES:
-        raise _bad_value("--trace-engine", f"choose one of {', '.join(TRACE_ENGINES)}")
-    trace_options = TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine, ranges=_ranges(range_),
-                                 timeout=timeout or None,
-                                 progress=output is None and _color_ok(False)) if trace else None
+    trace_options = _trace_options(inputs, samples, dim, seed, trace_engine, range_, timeout)
+    trace_options.progress = output is None and _color_ok(False)
     from .config import load_settings
 
     _note_named_inputs([model], load_settings({"rules": list(rules)} if rules else {}), inputs)  # -o never over them
@@ -208,8 +181,9 @@ def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp3
              "ignore": _split(ignore)}
     text, code = keep_list_report(model, given, target_for,
                             TorchOptions(_shapes(input_shape), input_dtype, trust_pickle,
-                                         factories=_factories(no_factories, trust_pickle)), trace_options, tolerance,
-                            max_runs, output_format, dims=_dims(dim))
+                                         factories=_factories(no_factories, trust_pickle)),
+                            trace_options if trace else None, tolerance, max_runs, output_format,
+                            dims=trace_options.dims)
     _write(text, output)
     return code
 
@@ -224,17 +198,13 @@ def fix(*, model: str, output: Path | None, dtype: str | None, dry_run: bool, mi
     from .config import load_settings
     from .files import check_output
     from .fixer.command import fix_report
-    from .options import TRACE_ENGINES, TraceOptions
 
     if output is not None:
         check_output(output, what="the fixed model")
-    if trace_engine not in TRACE_ENGINES:
-        raise _bad_value("--trace-engine", f"choose one of {', '.join(TRACE_ENGINES)}")
+    options = _trace_options(inputs, samples, dim, seed, trace_engine, range_, timeout)
     _note_named_inputs([model], load_settings({"rules": list(rules)} if rules else {}), inputs)  # -o never over them
     given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "select": _split(select),
-             "ignore": _split(ignore), "converter": _converter_name(converter)}
-    options = TraceOptions(list(inputs), samples, _dims(dim), seed, engine=trace_engine, ranges=_ranges(range_),
-                           timeout=timeout or None)
+             "ignore": _split(ignore), "converter": converter}
     text, code = fix_report(model, given, str(output) if output is not None else None, dry_run, min_eps, options,
                             trace, output_format, tolerance, data_floor)
     _write_stdout(text)
@@ -300,31 +270,45 @@ def _shapes(entries: list[str]) -> list[tuple[int, ...]]:
         raise _bad_value("--input-shape", f"shapes are comma-separated integers, got {entries}") from None
 
 
+def _trace_options(inputs: list[str], samples: int, dim: list[str], seed: int, engine: str, range_: list[str],
+                   timeout: float) -> TraceOptions:
+    """The traced-mode flags, each checked by the check the Python API's trace= gets, named as typed (typer has
+    checked --samples >= 1, --seed >= 0 and --timeout >= 0); made with or without --trace, so a wrong value is
+    refused either way, and --dim sizes the static pass too."""
+    from .options import TraceOptions, check_trace_option
+
+    return TraceOptions(list(inputs), samples, _dims(dim), seed, check_trace_option("engine", engine, "--trace-engine"),
+                        ranges=_ranges(range_), timeout=check_trace_option("timeout", timeout, "--timeout") or None)
+
+
 def _ranges(entries: list[str]) -> dict[str, tuple[float, float]]:
     """--range x=-32768:32767 --range mask=0:1."""
+    from .options import check_trace_option
+
     ranges = {}
     for entry in entries:
         name, _, span = entry.partition("=")
         lo, sep, hi = span.rpartition(":")
         try:
-            low, high = float(lo), float(hi)
+            if not name.strip() or not sep:
+                raise ValueError(entry)
+            ranges[name.strip()] = (float(lo), float(hi))
         except ValueError:
-            low = high = float("nan")
-        if not name.strip() or not sep or not (math.isfinite(low) and math.isfinite(high) and low <= high):
-            raise _bad_value("--range", f"expected NAME=LO:HI with finite LO <= HI, got {entry!r}")
-        ranges[name.strip()] = (low, high)
-    return ranges
+            raise _bad_value("--range", f"expected NAME=LO:HI with finite LO <= HI, got {entry!r}") from None
+    return check_trace_option("ranges", ranges, "--range")  # the values: as the API's trace={"ranges": ...}
 
 
 def _dims(entries: list[str]) -> dict[str, int]:
     """--dim batch=2 --dim seq=128."""
+    from .options import check_trace_option
+
     dims = {}
     for entry in entries:
         name, _, size = entry.partition("=")
-        if not name or not size.isdigit() or int(size) == 0:
+        if not name.strip() or not (size.isascii() and size.isdigit()):  # int() refuses '²', which isdigit() accepts
             raise _bad_value("--dim", f"expected NAME=SIZE with SIZE >= 1, got {entry!r}")
         dims[name.strip()] = int(size)
-    return dims
+    return check_trace_option("dims", dims, "--dim")  # the sizes: as the API's trace={"dims": ...}
 
 
 def _split(entries: list[str]) -> list[str]:

@@ -11,13 +11,12 @@ from typing import Annotated, Optional
 import typer
 
 from . import cli
+from .options import FAIL_ON, FORMATS, check_choice
 
-__all__ = ["app", "COMMANDS", "OUTPUT_FORMATS", "FAIL_ON", "LIST_FORMATS", "top_help"]
+__all__ = ["app", "COMMANDS", "LIST_FORMATS", "top_help"]
 
 PROG = "precaudit"
 DESCRIPTION = "Precision audit for ML models: where will this graph lose its numbers in fp16, bf16 or fp8?"
-OUTPUT_FORMATS = ("text", "json", "sarif", "github", "junit", "concise", "html")
-FAIL_ON = ("error", "warning", "info", "never")
 LIST_FORMATS = ("text", "json")
 # each command and the line `precaudit --help` gives it; check is the default (`precaudit MODEL`)
 COMMANDS = {"check": "Audit models against the target dtype (the default command).",
@@ -192,12 +191,19 @@ def app() -> "typer.Typer":
     return application
 
 
-def _one_of(choices: tuple[str, ...]):
-    """A callback that accepts one of the choices (None: not given)."""
+def _checked(name: str, choices: tuple[str, ...] = ()):
+    """A callback that checks a setting's flag (name) as its pyproject key and the Python API's argument are checked,
+    or a command's own choice among choices; its problem said as typer says a bad value (None: not given)."""
     def check(value: Optional[str]) -> Optional[str]:
-        if value is not None and value not in choices:
-            raise typer.BadParameter(f"{value!r} is not one of {', '.join(map(repr, choices))}")
-        return value
+        from .errors import InputError
+
+        try:
+            if value is None or choices:
+                return None if value is None else check_choice(value, choices, "")
+            from .config import check_setting  # with numpy: only when the flag is given
+            return check_setting(name, value, "")
+        except InputError as exc:
+            raise typer.BadParameter(exc.problem) from None
     return check
 
 
@@ -208,7 +214,7 @@ def _given(arguments: dict) -> dict:
 
 
 Many = list[str]  # a repeatable option, gathered into a list (empty when not given)
-formats, list_formats, fail_on_choice = _one_of(OUTPUT_FORMATS), _one_of(LIST_FORMATS), _one_of(FAIL_ON)
+formats, list_formats, fail_on_choice = _checked("format"), _checked("format", LIST_FORMATS), _checked("fail_on")
 
 # the options several commands share, spelled once
 Dtype = Annotated[Optional[str], typer.Option("--dtype", "-d", metavar="DTYPE",
@@ -252,7 +258,7 @@ NoFactories = Annotated[bool, typer.Option("--no-factories",
 Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")]
 # the report options check and train share
 ReportFormat = Annotated[Optional[str], typer.Option("--format", "-f", callback=formats, metavar="FORMAT",
-                                                     help=f"Report format: {', '.join(OUTPUT_FORMATS)} (default "
+                                                     help=f"Report format: {', '.join(FORMATS)} (default "
                                                           "text).")]
 ReportFile = Annotated[Optional[Path], typer.Option("--output", "-o", metavar="FILE",
                                                     help="Write the report to this file.")]

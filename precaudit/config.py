@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 try:
     import tomllib
@@ -13,15 +13,14 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]  # the same API under its pre-3.11 name
 
 from .converters import CONVERTER_NAMES
-from .dtypes import format_named
+from .dtypes import FORMATS as DTYPES, format_named
 from .errors import InputError
 from .files import MiB, read_text
+from .options import (AUTOCAST, FAIL_ON, FORMATS, check_bool, check_choice, check_path, check_paths, check_strings,
+                      flag, shown)
 
-__all__ = ["Settings", "find_config", "load_settings", "FAIL_ON", "FORMATS"]
+__all__ = ["Settings", "find_config", "load_settings", "check_setting", "FAIL_ON", "FORMATS"]
 
-FAIL_ON = ("error", "warning", "info", "never")
-AUTOCAST = ("cuda", "cpu")
-FORMATS = ("text", "concise", "json", "sarif", "github", "junit", "html")
 _TABLE = "[tool.precaudit]"
 
 
@@ -45,6 +44,8 @@ class Settings:
     per_node_ignores: dict[str, list[str]] = field(default_factory=dict)
     config_file: str | None = None
     origins: dict[str, str] = field(default_factory=dict)
+    # how an error names a value the caller gave: --keep-fp32 on the command line, keep_fp32 in the Python API
+    named: Callable[[str], str] = field(default=flag, repr=False)
 
     @property
     def project_root(self) -> Path | None:
@@ -80,12 +81,15 @@ def find_config(start: Path | None = None) -> Path | None:
 _FIND = Path("<find>")  # load_settings' default: the nearest pyproject.toml with a [tool.precaudit] table
 
 
-def load_settings(cli: dict[str, Any], start: Path | None = None, config: Path | None = _FIND) -> Settings:
-    """Defaults < [tool.precaudit] < command-line flags; cli holds only the flags the user actually gave.
+def load_settings(cli: dict[str, Any], start: Path | None = None, config: Path | None = _FIND,
+                  named: Callable[[str], str] = flag) -> Settings:
+    """Defaults < [tool.precaudit] < command-line flags; cli holds only the flags the user actually gave, each
+    checked as a pyproject's value is, its error naming it as named does (the flag, or the API's argument).
 
     config: found from start (the default), None for no configuration file, or the pyproject.toml to read (the
     Python API's config=path), which must hold a [tool.precaudit] table."""
-    settings = Settings()
+    settings = Settings(named=named)
+    cli = {name: check_setting(name, value, named(name)) for name, value in cli.items()}
     if config is _FIND:
         config = find_config(start)
     elif config is not None:
@@ -105,7 +109,7 @@ def load_settings(cli: dict[str, Any], start: Path | None = None, config: Path |
     return settings
 
 
-_KEYS = [f.name for f in fields(Settings) if f.name not in ("config_file", "origins")]
+_KEYS = [f.name for f in fields(Settings) if f.name not in ("config_file", "origins", "named")]
 _PATHS = ("rules", "baseline")  # written relative to the pyproject.toml, so CI works from any folder
 
 
@@ -145,55 +149,52 @@ def _parse_toml(text: str, path: Path) -> dict:
 
 def _validated(table: Any, path: Path) -> dict[str, Any]:
     """Check every key's type and value; the error names the file and the key."""
-    def fail(key: str, problem: str) -> InputError:
-        return InputError(_display(path), f"{_TABLE} {key}: {problem}")
-
     if not isinstance(table, dict):
         raise InputError(_display(path), f"{_TABLE} must be a table")
     known = {_key(n): n for n in _KEYS}
     out: dict[str, Any] = {}
     for key, value in table.items():
         if key not in known:
-            raise fail(key, f"unknown key (allowed: {', '.join(known)})")
+            raise InputError(_display(path), f"{_TABLE} {key}: unknown key (allowed: {', '.join(known)})")
         name = known[key]
-        out[name] = _check(name, value, lambda problem, k=key: fail(k, problem))
+        out[name] = check_setting(name, value, f"{_TABLE} {key}", _display(path))
         if name in _PATHS and out[name] is not None:
             out[name] = _relative_to(path.parent, out[name])
     return out
 
 
-def _check(name: str, value: Any, fail) -> Any:
-    default = getattr(Settings(), name)
+_CHOICES = {"fail_on": FAIL_ON, "format": FORMATS, "autocast": AUTOCAST, "converter": CONVERTER_NAMES}
+
+
+def check_setting(name: str, value: Any, where: str, file: str | None = None) -> Any:
+    """One setting's value, from a pyproject, a flag or an API argument, as the run takes it; InputError(file,
+    "where: problem") if it is wrong. Lists are lists of strings (a bare string is refused, never read as its
+    characters); rules and baseline are paths (str or os.PathLike)."""
     if name in ("per_model_ignores", "per_node_ignores"):
         if not isinstance(value, dict):
-            raise fail('must be a table of glob = ["rule", ...]')
+            raise InputError(file, f'{where}: must be a table of glob = ["rule", ...]')
         for glob, selectors in value.items():
-            if not _strings(selectors):
-                raise fail(f"'{glob}' must map to a list of rule ids, names or prefixes")
+            if not isinstance(selectors, list) or not all(isinstance(s, str) for s in selectors):
+                raise InputError(file, f"{where}: '{glob}' must map to a list of rule ids, names or prefixes")
         return {glob: list(selectors) for glob, selectors in value.items()}
+    if name == "rules":
+        return check_paths(value, where, file)
+    if name == "baseline":
+        return check_path(value, where, file)
+    if name in _CHOICES:
+        return check_choice(value, _CHOICES[name], where, file)
+    default = getattr(Settings(), name)
     if isinstance(default, list):
-        if not _strings(value):
-            raise fail("must be a list of strings")
-        return list(value)
+        return check_strings(value, where, file)
     if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise fail(f"must be true or false, got {value!r}")
-        return value
-    if not isinstance(value, str):
-        raise fail(f"must be a string, got {value!r}")
-    if name == "dtype":
-        try:
-            format_named(value)
-        except KeyError as exc:
-            raise fail(str(exc.args[0])) from None
-    allowed = {"fail_on": FAIL_ON, "format": FORMATS, "autocast": AUTOCAST, "converter": CONVERTER_NAMES}.get(name)
-    if allowed and value not in allowed:
-        raise fail(f"must be one of {', '.join(allowed)}, got {value!r}")
+        return check_bool(value, where, file)
+    if not isinstance(value, str):  # dtype
+        raise InputError(file, f"{where}: must be a string, got {shown(value)}")
+    try:
+        format_named(value)
+    except KeyError:
+        raise InputError(file, f"{where}: unknown dtype {shown(value)}; choose one of {', '.join(DTYPES)}") from None
     return value
-
-
-def _strings(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 def _relative_to(folder: Path, value: str | list[str]) -> str | list[str]:

@@ -86,13 +86,14 @@ def exit_code_of(counted: list, errors: bool, fail_on: str, accepted: bool = Fal
 
 
 def check_all_selectors(settings: Settings, rules: list[Rule]) -> None:
-    """Every selector must name a rule; the error names the flag, or the pyproject file and key."""
+    """Every selector must name a rule; the error names the flag (the API's argument), or the pyproject file and
+    key."""
     from .selection import check_selectors
 
     for name in ("select", "ignore"):
         origin = settings.origins.get(name)
-        if origin == "command line":
-            check_selectors(getattr(settings, name), rules, None, f"--{name}")
+        if origin == "command line":  # a flag, or an argument of the Python API
+            check_selectors(getattr(settings, name), rules, None, settings.named(name))
         else:
             check_selectors(getattr(settings, name), rules, origin, f"[tool.precaudit] {name}")
     for table in ("per_model_ignores", "per_node_ignores"):

@@ -8,6 +8,7 @@ from typing import Iterable
 
 from .errors import InputError
 from .finding import Finding
+from .options import shown
 from .rules.loader import Rule
 
 __all__ = ["selects", "selects_exactly", "check_selectors", "active_rules", "drop_ignored"]
@@ -28,7 +29,7 @@ def check_selectors(selectors: Iterable[str], rules: list[Rule], file: str | Non
     """A selector that matches no rule is almost always a typo: refuse it rather than silently select nothing."""
     for selector in selectors:
         if not any(selects(selector, rule) for rule in rules):
-            raise InputError(file, f"{key}: '{selector}' matches no rule id, name or id prefix (see `precaudit rules`)")
+            raise InputError(file, f"{key}: {shown(selector)} matches no rule id, name or id prefix (see `precaudit rules`)")
 
 
 def active_rules(rules: list[Rule], select: list[str], ignore: list[str], preview: bool) -> list[Rule]:

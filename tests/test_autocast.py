@@ -352,7 +352,7 @@ def test_pyproject_autocast_key(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("args,words", [
     (("--autocast", "cuda", "--dtype", "fp32"), "use it with --dtype fp16 or bf16"),
-    (("--autocast", "tpu"), "--autocast must be one of cuda, cpu"),
+    (("--autocast", "tpu"), "--autocast: must be one of cuda, cpu, got 'tpu'"),
 ])
 def test_bad_autocast_is_one_line(capsys, args, words):
     assert main([f"{CASES}:layernorm", *args]) == 2

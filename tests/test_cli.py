@@ -285,7 +285,8 @@ def test_options_may_come_between_and_after_the_models(underflow, subnormal, tmp
 
 @pytest.mark.parametrize("args,says", [
     (["--samples", "x"], "Invalid value for '--samples': 'x' is not a valid int range."),
-    (["--fail-on", "sometimes"], "'sometimes' is not one of 'error', 'warning', 'info', 'never'"),
+    (["--fail-on", "sometimes"],
+     "Invalid value for '--fail-on': must be one of error, warning, info, never, got 'sometimes'"),
     (["--jobs", "0"], "Invalid value for '--jobs' / '-j': 0 is not in the range x>=1."),
     (["--output"], "Option '--output' requires an argument."),
     (["--bogus"], "No such option: --bogus"),

@@ -202,7 +202,8 @@ def test_usage_errors_are_one_line(tmp_path, capsys):
     m, _ = decomposed_layernorm(1e-12, dtype="fp32", opset=14)
     path = save(m, tmp_path / "ln.onnx")
     assert main([str(path), "--converter", "tflite"]) == 2
-    assert "unknown converter 'tflite'; choose one of plain, onnxconverter-common" in capsys.readouterr().err
+    assert "--converter: must be one of plain, onnxconverter-common, onnxruntime, olive, modelopt, got 'tflite'" \
+        in capsys.readouterr().err
     assert main([str(path), "--converter", "onnxruntime", "--dtype", "bf16"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "converts to float16 only, not bfloat16" in err

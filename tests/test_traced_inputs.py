@@ -174,7 +174,7 @@ def test_range_sets_a_synthesized_inputs_values(tmp_path, rms, capsys):
     _, report = run_json([rms], "--trace", "--select", "PA901", out_dir=tmp_path)
     assert report["results"] == []
     for bad, message in (("x=1", "expected NAME=LO:HI with finite LO <= HI, got 'x=1'"),
-                         ("x=3:1", "expected NAME=LO:HI"), ("z=0:1", "--range z: no graph input of that name")):
+                         ("x=3:1", "--range: 'x' must be a pair of finite numbers LO <= HI, got (3.0, 1.0)"), ("z=0:1", "--range z: no graph input of that name")):
         assert main([str(rms), "--trace", "--range", bad]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err

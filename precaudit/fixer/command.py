@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+import numbers
+from typing import Any
 
 from ..config import load_settings
 from ..dtypes import format_named
 from ..errors import InputError
-from ..options import TraceOptions
+from ..options import TraceOptions, check_number, shown
 
-__all__ = ["fix_report", "run_checked"]
+__all__ = ["fix_report", "run_checked", "check_data_floor"]
 
 
 def fix_report(model: str, given: dict, output: str | None, dry_run: bool, min_eps: float | None,
@@ -23,31 +25,32 @@ def fix_report(model: str, given: dict, output: str | None, dry_run: bool, min_e
 
 
 def run_checked(model: str, settings, output: str | None, dry_run: bool, min_eps: float | None,
-                inputs: TraceOptions, trace: bool, tolerance: float, data_floor: str):
-    """`precaudit fix` from resolved settings: what the command and the Python API run."""
+                inputs: TraceOptions, trace: bool, tolerance: float, data_floor: str | float):
+    """`precaudit fix` from resolved settings: what the command and the Python API run. Every value is checked before
+    the model is read; an error names it as settings.named does (--min-eps, or the API's min_eps)."""
+    from ..pipeline import check_all_selectors
     from ..rules.loader import load_rules
     from ..selection import active_rules, drop_ignored
     from .run import FixOptions, run_fix
 
-    try:
-        target = format_named(settings.dtype)
-    except KeyError as exc:
-        raise InputError(None, f"--dtype: {exc.args[0]}") from None
+    named = settings.named
+    target = format_named(settings.dtype)  # checked when the settings were made
     if not model.lower().endswith(".onnx"):
         raise InputError(model, "fix rewrites ONNX files: export the model first (a PyTorch model's findings name "
                                 "the source lines to change)")
     if target.name in ("fp32", "fp64"):
-        raise InputError(None, f"--dtype {target.name}: fix repairs what a narrower dtype breaks; choose fp16, bf16 or "
-                               "an fp8 format")
+        raise InputError(None, f"{named('dtype')} {target.name}: fix repairs what a narrower dtype breaks; choose "
+                               "fp16, bf16 or an fp8 format")
     if min_eps is not None:
-        if not math.isfinite(min_eps) or min_eps < target.smallest_normal or min_eps > 1e-3:
-            raise InputError(None, f"--min-eps {min_eps:g}: choose a value from {target.smallest_normal:.4g} (the "
-                                   f"smallest normal {target.long_name}) to 1e-3 (larger eps dominate ordinary "
+        min_eps = check_number(min_eps, named("min_eps"))
+        if min_eps < target.smallest_normal or min_eps > 1e-3:
+            raise InputError(None, f"{named('min_eps')} {min_eps:g}: choose a value from {target.smallest_normal:.4g} "
+                                   f"(the smallest normal {target.long_name}) to 1e-3 (larger eps dominate ordinary "
                                    "variances)")
-    if not 0 < tolerance < float("inf"):
-        raise InputError(None, f"--tolerance must be a positive number, got {tolerance}")
-    _check_floor(data_floor, target)
+    tolerance = check_number(tolerance, named("tolerance"), minimum=0.0, above=True)
+    data_floor = check_data_floor(data_floor, target, named("data_floor"))
     all_rules = load_rules(settings.rules)
+    check_all_selectors(settings, all_rules)
     rules = active_rules(all_rules, settings.select, settings.ignore, settings.preview)
     by_id = {r.id: r for r in rules}
 
@@ -60,14 +63,18 @@ def run_checked(model: str, settings, output: str | None, dry_run: bool, min_eps
                    inputs, trace, keep)
 
 
-def _check_floor(data_floor: str, target) -> None:
-    """--data-floor: keep, subnormal, normal, or a number the target holds as a normal or subnormal value."""
-    if data_floor in ("keep", "subnormal", "normal"):
-        return
+def check_data_floor(data_floor: Any, target, where: str) -> str:
+    """--data-floor: keep, subnormal, normal, or a number (a str, or a float from the API) the target holds as a
+    normal or subnormal value."""
+    if isinstance(data_floor, str) and data_floor in ("keep", "subnormal", "normal"):
+        return data_floor
     try:
+        if isinstance(data_floor, bool) or not isinstance(data_floor, (str, numbers.Real)):
+            raise ValueError(data_floor)
         value = float(data_floor)
     except ValueError:
-        raise InputError(None, f"--data-floor {data_floor!r}: choose keep, subnormal, normal or a number") from None
+        raise InputError(None, f"{where} {shown(data_floor)}: choose keep, subnormal, normal or a number") from None
     if not math.isfinite(value) or value < target.smallest_subnormal or value > 1e-3:
-        raise InputError(None, f"--data-floor {data_floor}: choose a value from {target.smallest_subnormal:.4g} (the "
-                               f"smallest subnormal {target.long_name}) to 1e-3")
+        raise InputError(None, f"{where} {shown(data_floor)}: choose a value from {target.smallest_subnormal:.4g} "
+                               f"(the smallest subnormal {target.long_name}) to 1e-3")
+    return str(data_floor)

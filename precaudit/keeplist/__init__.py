@@ -20,7 +20,7 @@ from ..dtypes import FORMATS, Format
 from ..errors import InputError
 from ..finding import Finding
 from ..ir import Graph, Node
-from ..options import TorchOptions, TraceOptions
+from ..options import TorchOptions, TraceOptions, check_choice
 from ..rules.engine import Match
 from ..rules.loader import Rule
 from .chains import NormChains
@@ -149,8 +149,7 @@ class KeepList:
 
 def converter_for(target_for: str) -> Converter:
     """The converter model a --for target is verified with (PyTorch targets: model.to(dtype), no converter)."""
-    if target_for not in FOR_TARGETS:
-        raise InputError(None, f"--for {target_for!r}: choose one of {', '.join(FOR_TARGETS)}")
+    check_choice(target_for, FOR_TARGETS, "--for")
     return PLAIN if target_for in _PYTORCH_TARGETS else converter_named(target_for)
 
 

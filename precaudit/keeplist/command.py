@@ -7,7 +7,7 @@ import sys
 from ..config import load_settings
 from ..dtypes import format_named
 from ..errors import InputError
-from ..options import TorchOptions, TraceOptions
+from ..options import TorchOptions, TraceOptions, check_choice, check_int, check_number
 
 __all__ = ["keep_list_report", "build_checked", "check_printed"]
 
@@ -26,20 +26,23 @@ def keep_list_report(model: str, given: dict, target_for: str | None, torch_opti
 def build_checked(model: str, settings, target_for: str | None, torch_options: TorchOptions | None,
                   trace: TraceOptions | None, tolerance: float, max_runs: int, progress=None,
                   dims: dict[str, int] | None = None):
-    """The keep-list of one model with its snippet run as printed: what the command and the Python API return."""
+    """The keep-list of one model with its snippet run as printed: what the command and the Python API return.
+    Every value is checked before the model is read; an error names it as settings.named does (--for, or for_)."""
+    from ..pipeline import check_all_selectors
     from ..rules.loader import load_rules
     from ..selection import active_rules, drop_ignored
     from . import FOR_TARGETS, build_keep_list
 
+    named = settings.named
     if target_for is None:
-        raise InputError(None, f"keep-list needs --for: one of {', '.join(FOR_TARGETS)}")
-    try:
-        target = format_named(settings.dtype)
-    except KeyError as exc:
-        raise InputError(None, f"--dtype: {exc.args[0]}") from None
-    if not 0 < tolerance < float("inf"):
-        raise InputError(None, f"--tolerance must be a positive number, got {tolerance}")
-    rules = active_rules(load_rules(settings.rules), settings.select, settings.ignore, settings.preview)
+        raise InputError(None, f"keep-list needs {named('for_')}: one of {', '.join(FOR_TARGETS)}")
+    target_for = check_choice(target_for, FOR_TARGETS, named("for_"))
+    target = format_named(settings.dtype)  # checked when the settings were made
+    tolerance = check_number(tolerance, named("tolerance"), minimum=0.0, above=True)
+    max_runs = check_int(max_runs, named("max_runs"), 1)
+    all_rules = load_rules(settings.rules)
+    check_all_selectors(settings, all_rules)
+    rules = active_rules(all_rules, settings.select, settings.ignore, settings.preview)
     by_id = {r.id: r for r in rules}
 
     def ignored(findings):  # the pyproject's per-model and per-node ignores, as check and fix apply them
