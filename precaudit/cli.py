@@ -139,8 +139,8 @@ def explain(*, rule: str, rules: list[str]) -> int:
 def match(*, rule: str, model: str, node: str, dtype: str | None, keep_fp32: list[str], converter: str | None,
           rules: list[str], no_factories: bool = False) -> int:
     """Show, node by node, why a rule fires or does not: the pattern step that failed, or the condition's values."""
-    from .analysis.compute_dtype import DtypeResolver
     from .audit_models import load_graph
+    from .deployment import Deployment
     from .config import load_settings
     from .dtypes import format_named
     from .escape import printable
@@ -152,7 +152,7 @@ def match(*, rule: str, model: str, node: str, dtype: str | None, keep_fp32: lis
     chosen = _rule_named(rule, settings.rules)
     target = format_named(settings.dtype)
     graph = load_graph(model, TorchOptions(factories=not no_factories), target=target.name)
-    resolver = DtypeResolver(graph, target, settings.keep_fp32, settings.converter)
+    resolver = Deployment.named(target, settings.converter, settings.keep_fp32).resolver(graph)
     lines = [f"{chosen.id} {chosen.name} on {printable(model)} (--dtype {resolver.target.name})"]
     lines += [f"  {printable(line)}" for line in trace_rule(graph, resolver, chosen, node)]
     _write_stdout("".join(f"{line}\n" for line in lines))

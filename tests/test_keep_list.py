@@ -56,20 +56,19 @@ def test_a_t5_style_ffn_overflow_gets_a_verified_list_smaller_than_blocking_matm
 
 def test_blocking_every_matmul_does_not_fix_it(ffn_model):
     """A kept MatMul's output is cast back to float16 for the Add that reads it: the overflow comes back there."""
-    from precaudit.converters import converter_named
-    from precaudit.dtypes import format_named
+    from precaudit.deployment import Deployment
     from precaudit.frontends.onnx import load_onnx
     from precaudit.keeplist.verify import emulate
     from precaudit.trace.inputs import synthesize_inputs
 
     graph = load_onnx(str(ffn_model))
     batches = [synthesize_inputs(graph, {}, 0)]
-    fp16, occ = format_named("fp16"), converter_named("onnxconverter-common")
+    occ = Deployment.named("fp16", "onnxconverter-common")
     matmuls = [n for n in graph.nodes if n.op_type == "MatMul"]
-    assert not emulate(graph, fp16, occ, [], [], batches, "auto").finite
-    assert not emulate(graph, fp16, occ, [], matmuls, batches, "auto").finite
+    assert not emulate(graph, occ, [], batches, "auto").finite
+    assert not emulate(graph, occ, matmuls, batches, "auto").finite
     listed = [n for n in graph.nodes if n.name in FFN]
-    assert emulate(graph, fp16, occ, [], listed, batches, "auto").ok(0.01)
+    assert emulate(graph, occ, listed, batches, "auto").ok(0.01)
 
 
 def test_a_clean_model_needs_no_list(tmp_path):

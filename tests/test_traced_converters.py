@@ -228,8 +228,8 @@ def test_a_clamped_mask_fill_stops_masking(fill_at, tmp_path):
 # --- keep-list --trace ----------------------------------------------------------------------------------------------
 
 def test_keep_list_verification_keeps_no_weights_after_its_last_batch(tmp_path, monkeypatch):
+    from precaudit.deployment import Deployment
     from precaudit.keeplist.verify import emulate
-    from precaudit.converters import converter_named
 
     runs = []
     real = Emulator.run
@@ -242,6 +242,6 @@ def test_keep_list_verification_keeps_no_weights_after_its_last_batch(tmp_path, 
     m, _ = decomposed_layernorm(1e-12, dtype="fp32")
     graph = load_onnx(str(save(m, tmp_path / "ln.onnx")))
     batches = [{"x": _zero_row()}, {"x": _zero_row() + 1}]
-    result = emulate(graph, FORMATS["fp16"], converter_named("onnxconverter-common"), [], [], batches, "onnxruntime")
+    result = emulate(graph, Deployment.named("fp16", "onnxconverter-common"), [], batches, "onnxruntime")
     assert [final for final, _ in runs] == [False, True] and runs[-1][1] == 0
     assert result.finite  # the clamped eps: the constant rows stay finite in the verification run too

@@ -19,8 +19,7 @@ import onnx
 from onnx import TensorProto as T
 from onnx import numpy_helper
 
-from ..analysis.compute_dtype import DtypeResolver
-from ..dtypes import Format
+from ..deployment import Deployment
 from ..errors import InputError
 from ..frontends.onnx_data import tensor_loader, text
 from ..ir import Graph
@@ -411,14 +410,14 @@ def _output_diff(name: str, orig_runs: list[dict], fixed_runs: list[dict]) -> Ou
 # ---- emulated runs ---------------------------------------------------------------------------------------------
 
 
-def emulated(graph: Graph, target: Format, keep_fp32: list[str], converter, batches: list[dict[str, np.ndarray]],
+def emulated(graph: Graph, deployment: Deployment, batches: list[dict[str, np.ndarray]],
              engine: str, timeout: float | None = None) -> Emulated:
     """The model run in the target dtype by the traced-mode emulator (what keep-list verifies with); timeout: the
     seconds it may take (--timeout)."""
     from ..trace import Emulator
     from ..trace.sites import first_nonfinite_site
 
-    resolver = DtypeResolver(graph, target, keep_fp32, converter)
+    resolver = deployment.resolver(graph)
     emulator = Emulator(graph, resolver, engine=engine)
     emulator.limit_time(timeout)
     for i, feeds in enumerate(batches):

@@ -59,8 +59,10 @@ def run_checked(model: str, settings, output: str | None, dry_run: bool, min_eps
                             settings.project_root)
 
     options = FixOptions(min_eps, data_floor, tolerance)
-    return run_fix(model, output, target, rules, settings.keep_fp32, settings.converter, options, dry_run,
-                   inputs, trace, keep)
+    from ..deployment import Deployment
+
+    deployment = Deployment.named(target, settings.converter, settings.keep_fp32)
+    return run_fix(model, output, deployment, rules, options, dry_run, inputs, trace, keep)
 
 
 def check_data_floor(data_floor: Any, target, where: str) -> str:

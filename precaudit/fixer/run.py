@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 
 from ..analysis.compute_dtype import DtypeResolver
+from ..deployment import Deployment
 from ..dims import size_dims
 from ..dtypes import Format
 from ..errors import InputError
@@ -97,14 +98,15 @@ class FixOptions:
     tolerance: float = 1e-3  # --tolerance: the largest float32 change of an output a repair may make (relative)
 
 
-def run_fix(model: str, output: str | None, target: Format, rules: list[Rule], keep_fp32: list[str], converter: str,
+def run_fix(model: str, output: str | None, deployment: Deployment, rules: list[Rule],
             options: FixOptions, dry_run: bool, inputs: TraceOptions, trace: bool,
             keep: Callable[[list[Finding]], list[Finding]] | None = None) -> FixResult:
     # notes the model and its external data as read (-o may be neither); --dim sizes its symbolic dims
     graph = size_dims(load_onnx(model), inputs.dims)
     if output is not None:
         check_output(output, what="the fixed model")
-    resolver = DtypeResolver(graph, target, keep_fp32, converter)
+    target = deployment.fmt
+    resolver = deployment.resolver(graph)
     triples = audit_pairs(graph, resolver, rules, model, keep)
     pairs = [(r, s) for r, s, _ in triples]
     ctx, plan = _planned(model, graph, resolver, target, options, pairs, set())
@@ -138,7 +140,7 @@ def run_fix(model: str, output: str | None, target: Format, rules: list[Rule], k
             with open(tmp, "xb") as fh:
                 fh.write(fixed.SerializeToString())
             _checker(tmp, output, model)
-            fixed_graph = _reaudit(result, str(tmp), target, rules, keep_fp32, converter, keep)
+            fixed_graph = _reaudit(result, str(tmp), deployment, rules, keep)
             _compare(result, graph, fixed_graph, pristine, fixed, str(tmp), batches)
             failed = _gate(plan.repairs, options.tolerance, ctx)
             if not failed:
@@ -154,8 +156,8 @@ def run_fix(model: str, output: str | None, target: Format, rules: list[Rule], k
         for repair in result.plan.repairs:  # the alternative where float32 answers it: the keep, no change at all
             repair.keep_instead = _keep_instead(ctx, repair)
         if trace and result.plan.repairs:
-            result.trace = (emulated(graph, target, keep_fp32, converter, batches, inputs.engine, inputs.timeout),
-                            emulated(fixed_graph, target, keep_fp32, converter, batches, inputs.engine, inputs.timeout))
+            result.trace = (emulated(graph, deployment, batches, inputs.engine, inputs.timeout),
+                            emulated(fixed_graph, deployment, batches, inputs.engine, inputs.timeout))
         if not result.problems and result.plan.repairs:
             replace_with(target_path, None, what="the fixed model", shown=output, written=tmp)
             result.written = True
@@ -196,12 +198,11 @@ def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
 
 
-def _reaudit(result: FixResult, tmp: str, target: Format, rules: list[Rule], keep_fp32: list[str], converter: str,
-             keep) -> Graph:
+def _reaudit(result: FixResult, tmp: str, deployment: Deployment, rules: list[Rule], keep) -> Graph:
     """The fixed model audited with the same settings: what is fixed, what remains, what is new."""
     fixed_graph = load_onnx(tmp)
     fixed_graph.path = result.output or tmp
-    fixed_resolver = DtypeResolver(fixed_graph, target, keep_fp32, converter)
+    fixed_resolver = deployment.resolver(fixed_graph)
     result.after = [f for _, _, f in audit_pairs(fixed_graph, fixed_resolver, rules, result.output or tmp, keep)]
     # a repair that moved a norm's eps (inside the root, or added one) moved its site: its findings are the same norm's
     moved = {r.moved_to: r.node.name for r in result.plan.repairs if r.moved_to}

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable
 from ..analysis.compute_dtype import DtypeResolver
 from ..audit_models import static_matches
 from ..converters import PLAIN, Converter, converter_named
+from ..deployment import Deployment
 from ..dtypes import FORMATS, Format
 from ..errors import InputError
 from ..finding import Finding
@@ -68,6 +69,11 @@ class KeepList:
     batches: list = field(default_factory=list, repr=False)  # the verification's inputs, for the snippet's run
     snippet_check: SnippetCheck | None = None  # the printed snippet, run with the real converter
     alternative: str = ""  # why the list printed is not the first one found (a converter that cannot keep it)
+
+    @property
+    def deployment(self) -> Deployment:
+        """The target, the converter verified with and the user's own block list, as one value."""
+        return Deployment(self.target, self.converter, tuple(self.keep_fp32))
 
     @property
     def verified(self) -> bool:
@@ -177,7 +183,7 @@ def build_keep_list(path: str, target: Format, target_for: str, keep_fp32: list[
     else:
         graph = load_graph(path, torch_options, target.name, dims or (trace.dims if trace else None))
     result = KeepList(path, graph, target, target_for, converter, list(keep_fp32))
-    resolver = DtypeResolver(graph, target, keep_fp32, converter)
+    resolver = result.deployment.resolver(graph)
     chains = NormChains(graph, resolver)
     weights = trace is not None
     matches = [m for m in static_matches(graph, resolver, rules, path, weights, keep)
@@ -190,8 +196,8 @@ def build_keep_list(path: str, target: Format, target_for: str, keep_fp32: list[
         result.batches = batches
         result.inputs = result.source.describe()
         static = [n for e in result.entries for n in e.nodes]
-        check = verify(graph, target, converter, keep_fp32, static, chains, batches, trace.engine, tolerance,
-                       max_runs, progress, trace.timeout)
+        check = verify(graph, result.deployment, static, chains, batches, trace.engine, tolerance, max_runs,
+                       progress, trace.timeout)
         result.entries += [Entry("traced", [a.reason], a.nodes, a.dropped, keep_io=a.keep_io) for a in check.added]
         result.verification, result.tolerance = check, tolerance
     return result
@@ -222,7 +228,7 @@ def _drop_unfixable(result: KeepList, rules: list[Rule], weights: bool, keep) ->
     """Audit again with the list kept: a finding still there is no float32 node's to fix; an entry whose findings
     all stay is no entry."""
     kept = [n for e in result.entries for n in e.nodes]
-    resolver = DtypeResolver(result.graph, result.target, result.keep_fp32, result.converter, keep_nodes=kept)
+    resolver = result.deployment.resolver(result.graph, keep_nodes=kept)
     stay = {(m.finding.rule_id, id(m.site.node)) for m in
             static_matches(result.graph, resolver, rules, result.model, weights, keep)}
     entries = []

@@ -119,12 +119,12 @@ def _session(path: str, check: SnippetCheck):
 def _error_findings(path: str, target, rules, not_fixed: frozenset[tuple[str, str]]) -> list[str]:
     """The error findings of a static audit of the converted model, as it is stored (it runs as written), but for
     those the list does not claim to fix."""
-    from ..analysis.compute_dtype import DtypeResolver
+    from ..deployment import Deployment
     from ..audit_models import load_graph
     from . import static_findings
 
     graph = load_graph(path, None, target.name)
-    resolver = DtypeResolver(graph, target, [], "plain")
+    resolver = Deployment(target).resolver(graph)  # the converted model runs as it is stored
     found = static_findings(graph, resolver, rules, path, weights=False)
     return [f"{f.rule_id} {f.rule_name} at '{f.node_name}'" for f in found
             if f.severity == "error" and (f.rule_id, f.node_name) not in not_fixed]

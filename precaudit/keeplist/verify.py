@@ -9,9 +9,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..analysis.compute_dtype import DtypeResolver
-from ..converters import Converter
-from ..dtypes import Format
+from ..deployment import Deployment
 from ..ir import Graph, Node
 from .chains import NormChains, error_entry, overflow_closure, producers
 
@@ -35,14 +33,14 @@ class Run:
         return self.finite and self.error <= tolerance
 
 
-def emulate(graph: Graph, target: Format, converter: Converter, keep_fp32: list[str], kept: list[Node],
+def emulate(graph: Graph, deployment: Deployment, kept: list[Node],
             batches: list[dict[str, np.ndarray]], engine: str, keep_io: bool = False, timeout: float | None = None) -> Run:
     """One run: the reference and the emulated target dtype, with `kept` (and keep_fp32) in float32, and the graph
     inputs float32 where keep_io (keep_io_types=True) and only kept nodes read them."""
     from ..trace import Emulator  # the numpy emulation loads only when a list is verified
     from ..trace.sites import first_nonfinite_site
 
-    resolver = DtypeResolver(graph, target, keep_fp32, converter, keep_nodes=kept, keep_io=keep_io)
+    resolver = deployment.resolver(graph, keep_nodes=kept, keep_io=keep_io)
     emulator = Emulator(graph, resolver, engine=engine)
     emulator.limit_time(timeout)  # --timeout, per run
     for i, feeds in enumerate(batches):
@@ -59,7 +57,7 @@ def emulate(graph: Graph, target: Format, converter: Converter, keep_fp32: list[
     origin = first_nonfinite_site(graph, resolver, stats, len(batches)) if not finite else []
     rel = {vid: s.rel_error for vid, s in stats.items() if not s.nonfinite}
     absmax = {vid: s.absmax for vid, s in stats.items()}
-    too_large = {vid for vid, top in absmax.items() if top >= target.overflow_threshold}
+    too_large = {vid for vid, top in absmax.items() if top >= deployment.fmt.overflow_threshold}
     return Run(len(kept), finite, error, origin[0].node if origin else None, rel_error=rel, too_large=too_large,
                absmax=absmax)
 
@@ -87,7 +85,7 @@ class Verification:
         return any(a.keep_io and not a.dropped for a in self.added)
 
 
-def verify(graph: Graph, target: Format, converter: Converter, keep_fp32: list[str], static: list[Node],
+def verify(graph: Graph, deployment: Deployment, static: list[Node],
            chains: NormChains, batches: list[dict[str, np.ndarray]], engine: str, tolerance: float,
            max_runs: int, progress: Callable[[str], None] | None = None, timeout: float | None = None) -> Verification:
     """Add what the first inf/NaN (else the largest error) comes from until the list verifies, then prune."""
@@ -97,7 +95,7 @@ def verify(graph: Graph, target: Format, converter: Converter, keep_fp32: list[s
         out.runs += 1
         if progress is not None:
             progress(f"emulation run {out.runs}: {len(nodes)} nodes kept")
-        return emulate(graph, target, converter, keep_fp32, nodes, batches, engine, keep_io, timeout)
+        return emulate(graph, deployment, nodes, batches, engine, keep_io, timeout)
 
     kept = _unique(static)
     current = run(kept, False)
