@@ -143,29 +143,26 @@ MODELS = {"BERT (4 layers, 256)": bert, "GPT-2 (4 layers, 256)": gpt2, "T5 encod
 
 
 def run(name: str, path: Path, seq: int, tolerance: float) -> list[tuple]:
-    from precaudit.converters import converter_named
-    from precaudit.dtypes import format_named
+    from precaudit.config import load_settings
+    from precaudit.context import Audit
+    from precaudit.deployment import Deployment
     from precaudit.frontends.onnx import load_onnx
-    from precaudit.keeplist import build_keep_list
+    from precaudit.keeplist import build_keep_list, static_findings
     from precaudit.keeplist.verify import emulate
     from precaudit.options import TraceOptions
-    from precaudit.rules.loader import load_rules
-    from precaudit.selection import active_rules
     from precaudit.trace.inputs import synthesize_inputs
 
-    fp16, converter = format_named("fp16"), converter_named("onnxruntime")
-    from precaudit.analysis.compute_dtype import DtypeResolver
-    from precaudit.keeplist import static_findings
+    deployment = Deployment.named("fp16", "onnxruntime")
 
     def left(graph, kept) -> int:
-        resolver = DtypeResolver(graph, fp16, [], converter, keep_nodes=kept)
+        resolver = deployment.resolver(graph, keep_nodes=kept)
         return sum(f.severity in ("error", "warning") for f in static_findings(graph, resolver, rules, str(path), False))
 
     dims: dict[str, int] = {}  # the exports have fixed shapes: (1, seq) tokens, (1, 3, 2·seq, 2·seq) pixels
-    rules = active_rules(load_rules(), [], [], False)
+    audit = Audit.of(load_settings({}, config=None), inputs=TraceOptions(dims=dims, seed=0), traced=True)
+    rules = audit.rules
     start = time.perf_counter()
-    keep = build_keep_list(str(path), fp16, "onnxruntime", [], rules, trace=TraceOptions(dims=dims, seed=0),
-                           tolerance=tolerance)
+    keep = build_keep_list(audit, str(path), "onnxruntime", tolerance=tolerance)
     seconds = time.perf_counter() - start
     graph = keep.graph
     final = keep.verification.final
@@ -173,14 +170,14 @@ def run(name: str, path: Path, seq: int, tolerance: float) -> list[tuple]:
              left(graph, keep.nodes), f"{keep.verification.runs} runs, {seconds:.1f} s")]
     graph = load_onnx(str(path))
     batches = [synthesize_inputs(graph, dims, 0)]
-    plain = emulate(graph, fp16, converter, [], [], batches, "auto")
+    plain = emulate(graph, deployment, [], batches, "auto")
     docs = [n for n in graph.nodes if n.op_type in DOC_OPS]
-    docs_run = emulate(graph, fp16, converter, [], docs, batches, "auto")
+    docs_run = emulate(graph, deployment, docs, batches, "auto")
     rows.append((name, "docs' op types", len(docs), len(graph.nodes), docs_run.finite, docs_run.error,
                  left(graph, docs), ""))
     hot = [n for n in graph.nodes if n.op_type != "Constant" and not n.subgraph_path and any(
         plain.absmax.get(id(v), 0.0) > 512 for v in [*n.inputs, *n.outputs] if v is not None and not v.is_const)]
-    hot_run = emulate(graph, fp16, converter, [], hot, batches, "auto")
+    hot_run = emulate(graph, deployment, hot, batches, "auto")
     rows.append((name, "modelopt |x|>512", len(hot), len(graph.nodes), hot_run.finite, hot_run.error,
                  left(graph, hot), ""))
     rows.append((name, "nothing kept", 0, len(graph.nodes), plain.finite, plain.error, left(graph, []), ""))

@@ -121,6 +121,7 @@ def audit(model: Any, dtype: str = "fp16", *, select: Sequence[str] | None = Non
     config: "pyproject" finds the nearest [tool.precaudit] as the command line does; None reads none; a path reads
     that pyproject.toml. Keyword arguments override it as flags do. Lists: see the module's docstring.
     """
+    from .context import Audit
     from .options import TorchOptions
     from .pipeline import run_audit
 
@@ -131,9 +132,9 @@ def audit(model: Any, dtype: str = "fp16", *, select: Sequence[str] | None = Non
     settings = _settings({"dtype": dtype, "keep_fp32": keep_fp32, "rules": rules, "select": select,
                           "ignore": ignore, "preview": preview, "fail_on": fail_on, "baseline": baseline,
                           "check_weights": check_weights, "converter": converter, "autocast": autocast}, config)
-    torch_options = TorchOptions(autocast=settings.autocast, trust_pickle=trust_pickle)
+    context = Audit.of(settings, TorchOptions(trust_pickle=trust_pickle), trace_options, trace_options is not None)
     with _as_paths(model, example_inputs) as (paths, shown_as):
-        outcome = run_audit(paths, settings, None, False, torch_options, trace_options)
+        outcome = run_audit(context, paths)
         _rename(outcome, shown_as)
     return Report(outcome)
 
@@ -144,6 +145,7 @@ def keep_list(model: Any, for_: str, dtype: str = "fp16", *, keep_fp32: Sequence
     """`precaudit keep-list MODEL --for CONVERTER`: the nodes to keep in float32, the converter's arguments
     (KeepList.snippet()), its verdict (.verified, .exit_code); model a path or an onnx.ModelProto. tolerance: a
     finite number above 0; max_runs: a whole number >= 1."""
+    from .context import Audit
     from .keeplist import FOR_TARGETS
     from .keeplist.command import build_checked
 
@@ -154,8 +156,9 @@ def keep_list(model: Any, for_: str, dtype: str = "fp16", *, keep_fp32: Sequence
     max_runs = check_int(max_runs, "max_runs", 1)
     trace_options = _trace_options(trace, "trace")
     settings = _settings({"dtype": dtype, "keep_fp32": keep_fp32, "rules": rules}, config)
+    context = Audit.of(settings, inputs=trace_options, traced=trace_options is not None)
     with _as_paths(model, None) as (paths, _):
-        return build_checked(paths[0], settings, for_, None, trace_options, tolerance, max_runs)
+        return build_checked(context, paths[0], for_, tolerance, max_runs)
 
 
 def fix(model: str | os.PathLike, output: str | os.PathLike | None = None, dtype: str = "fp16", *,
@@ -167,6 +170,7 @@ def fix(model: str | os.PathLike, output: str | os.PathLike | None = None, dtype
     or list of .npz batches, or TraceOptions fields as a dict; None: synthesized), write OUTPUT only after every
     check; FixResult.exit_code says what the command line would exit with. data_floor: keep, subnormal, normal or a
     number; min_eps, tolerance and data_floor are checked against dtype before the model is read."""
+    from .context import Audit
     from .fixer.command import run_checked
     from .options import TraceOptions
 
@@ -178,8 +182,9 @@ def fix(model: str | os.PathLike, output: str | os.PathLike | None = None, dtype
     options = _trace_options(inputs, "inputs") or TraceOptions()
     settings = _settings({"dtype": dtype, "keep_fp32": keep_fp32, "rules": rules, "select": select,
                           "ignore": ignore, "converter": converter}, config)
-    # run_checked checks min_eps, tolerance, data_floor and the selectors, named as settings.named names them, first
-    return run_checked(model, settings, output, dry_run, min_eps, options, trace, tolerance, data_floor)
+    # run_checked checks min_eps, tolerance and data_floor, named as settings.named names them, before the model
+    return run_checked(Audit.of(settings, inputs=options, traced=trace), model, output, dry_run, min_eps, tolerance,
+                       data_floor)
 
 
 # ---- the arguments as the pipeline takes them ------------------------------------------------------------------

@@ -76,10 +76,11 @@ def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp
     jobs = min(jobs or default_jobs(), len(models))
     if jobs > 1:
         trace_options.progress = False  # one progress line per worker would interleave
+    from .context import Audit
     from .pipeline import run_audit
 
-    outcome = run_audit(models, settings, write_baseline, exit_zero, torch_options, trace_options if trace else None,
-                        jobs, debug, dims=trace_options.dims)
+    outcome = run_audit(Audit.of(settings, torch_options, trace_options, trace), models, write_baseline, exit_zero,
+                        jobs, debug)
     for err in outcome.result.errors:
         _error(str(err))
     if write_baseline is not None:
@@ -166,6 +167,7 @@ def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp3
               tolerance: float, max_runs: int, output_format: str, output: Path | None, input_shape: list[str],
               input_dtype: str, trust_pickle: bool, debug: bool, no_factories: bool = False) -> int:
     """The nodes to keep in float32, as your converter's arguments; verified by emulation with --trace."""
+    from .context import Audit
     from .files import check_output
     from .keeplist.command import keep_list_report
     from .options import TorchOptions
@@ -179,11 +181,11 @@ def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp3
     _note_named_inputs([model], load_settings({"rules": list(rules)} if rules else {}), inputs)  # -o never over them
     given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "select": _split(select),
              "ignore": _split(ignore)}
-    text, code = keep_list_report(model, given, target_for,
-                            TorchOptions(_shapes(input_shape), input_dtype, trust_pickle,
-                                         factories=_factories(no_factories, trust_pickle)),
-                            trace_options if trace else None, tolerance, max_runs, output_format,
-                            dims=trace_options.dims)
+    torch_options = TorchOptions(_shapes(input_shape), input_dtype, trust_pickle,
+                                 factories=_factories(no_factories, trust_pickle))
+    audit = Audit.of(load_settings({k: v for k, v in given.items() if v not in (None, [])}), torch_options,
+                     trace_options, trace)
+    text, code = keep_list_report(audit, model, target_for, tolerance, max_runs, output_format)
     _write(text, output)
     return code
 
@@ -196,6 +198,7 @@ def fix(*, model: str, output: Path | None, dtype: str | None, dry_run: bool, mi
         output_format: str, debug: bool, no_factories: bool = False) -> int:
     """Repair what the audit found, minimally and locally; write a new model, checked against the original."""
     from .config import load_settings
+    from .context import Audit
     from .files import check_output
     from .fixer.command import fix_report
 
@@ -205,8 +208,10 @@ def fix(*, model: str, output: Path | None, dtype: str | None, dry_run: bool, mi
     _note_named_inputs([model], load_settings({"rules": list(rules)} if rules else {}), inputs)  # -o never over them
     given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "select": _split(select),
              "ignore": _split(ignore), "converter": converter}
-    text, code = fix_report(model, given, str(output) if output is not None else None, dry_run, min_eps, options,
-                            trace, output_format, tolerance, data_floor)
+    audit = Audit.of(load_settings({k: v for k, v in given.items() if v not in (None, [])}), inputs=options,
+                     traced=trace)
+    text, code = fix_report(audit, model, str(output) if output is not None else None, dry_run, min_eps,
+                            output_format, tolerance, data_floor)
     _write_stdout(text)
     return code
 

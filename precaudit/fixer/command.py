@@ -1,40 +1,36 @@
-"""What `precaudit fix` runs once the command line is parsed: settings, rules, the fix, its report."""
+"""What `precaudit fix` runs over an audit's context: the checks of its own values, the fix, its report."""
 
 from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..config import load_settings
-from ..dtypes import format_named
 from ..errors import InputError
-from ..options import TraceOptions, check_number, shown
+from ..options import check_number, shown
+
+if TYPE_CHECKING:
+    from ..context import Audit
 
 __all__ = ["fix_report", "run_checked", "check_data_floor"]
 
 
-def fix_report(model: str, given: dict, output: str | None, dry_run: bool, min_eps: float | None,
-               inputs: TraceOptions, trace: bool, output_format: str, tolerance: float = 1e-3,
-               data_floor: str = "keep") -> tuple[str, int]:
-    """The report text and the exit code. given holds the flags the user typed (dtype, keep_fp32, rules, select,
-    ignore, converter), over the pyproject."""
-    settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
-    result = run_checked(model, settings, output, dry_run, min_eps, inputs, trace, tolerance, data_floor)
+def fix_report(audit: Audit, model: str, output: str | None, dry_run: bool, min_eps: float | None,
+               output_format: str, tolerance: float = 1e-3, data_floor: str = "keep") -> tuple[str, int]:
+    """The report text and the exit code of `precaudit fix`."""
+    result = run_checked(audit, model, output, dry_run, min_eps, tolerance, data_floor)
     return (result.to_json() if output_format == "json" else result.to_text()), result.exit_code
 
 
-def run_checked(model: str, settings, output: str | None, dry_run: bool, min_eps: float | None,
-                inputs: TraceOptions, trace: bool, tolerance: float, data_floor: str | float):
-    """`precaudit fix` from resolved settings: what the command and the Python API run. Every value is checked before
-    the model is read; an error names it as settings.named does (--min-eps, or the API's min_eps)."""
-    from ..pipeline import check_all_selectors
-    from ..rules.loader import load_rules
-    from ..selection import active_rules, drop_ignored
+def run_checked(audit: Audit, model: str, output: str | None, dry_run: bool, min_eps: float | None,
+                tolerance: float, data_floor: str | float):
+    """`precaudit fix` over an audit's context: what the command and the Python API run. Every value is checked
+    before the model is read; an error names it as the settings name it (--min-eps, or the API's min_eps). The
+    audit's inputs are what each repair's float32 change is measured on; traced, both models are emulated too."""
     from .run import FixOptions, run_fix
 
-    named = settings.named
-    target = format_named(settings.dtype)  # checked when the settings were made
+    named = audit.settings.named
+    target = audit.deployment.fmt
     if not model.lower().endswith(".onnx"):
         raise InputError(model, "fix rewrites ONNX files: export the model first (a PyTorch model's findings name "
                                 "the source lines to change)")
@@ -49,20 +45,9 @@ def run_checked(model: str, settings, output: str | None, dry_run: bool, min_eps
                                    "variances)")
     tolerance = check_number(tolerance, named("tolerance"), minimum=0.0, above=True)
     data_floor = check_data_floor(data_floor, target, named("data_floor"))
-    all_rules = load_rules(settings.rules)
-    check_all_selectors(settings, all_rules)
-    rules = active_rules(all_rules, settings.select, settings.ignore, settings.preview)
-    by_id = {r.id: r for r in rules}
-
-    def keep(findings):
-        return drop_ignored(findings, by_id, settings.per_model_ignores, settings.per_node_ignores,
-                            settings.project_root)
-
     options = FixOptions(min_eps, data_floor, tolerance)
-    from ..deployment import Deployment
-
-    deployment = Deployment.named(target, settings.converter, settings.keep_fp32)
-    return run_fix(model, output, deployment, rules, options, dry_run, inputs, trace, keep)
+    return run_fix(model, output, audit.deployment, audit.rules, options, dry_run, audit.inputs, audit.traced,
+                   audit.ignored)
 
 
 def check_data_floor(data_floor: Any, target, where: str) -> str:

@@ -21,13 +21,14 @@ from ..dtypes import FORMATS, Format
 from ..errors import InputError
 from ..finding import Finding
 from ..ir import Graph, Node
-from ..options import TorchOptions, TraceOptions, check_choice
+from ..options import check_choice
 from ..rules.engine import Match
 from ..rules.loader import Rule
 from .chains import NormChains
 from .verify import Verification, verify
 
 if TYPE_CHECKING:
+    from ..context import Audit
     from ..trace.inputs import InputSource
     from .snippet_run import SnippetCheck
 
@@ -159,18 +160,15 @@ def converter_for(target_for: str) -> Converter:
     return PLAIN if target_for in _PYTORCH_TARGETS else converter_named(target_for)
 
 
-def build_keep_list(path: str, target: Format, target_for: str, keep_fp32: list[str], rules: list[Rule],
-                    torch_options: TorchOptions | None = None, trace: TraceOptions | None = None,
-                    tolerance: float = 1e-2, max_runs: int = 30,
-                    progress: Callable[[str], None] | None = None,
-                    keep: Callable[[list[Finding]], list[Finding]] | None = None,
-                    dims: dict[str, int] | None = None) -> KeepList:
-    """The keep-list of one model: static from its findings, verified by emulation when trace is given. dims
-    sizes symbolic dims (--dim) for the static pass as check's."""
+def build_keep_list(audit: Audit, path: str, target_for: str, tolerance: float = 1e-2, max_runs: int = 30,
+                    progress: Callable[[str], None] | None = None) -> KeepList:
+    """The keep-list of one model: static from its findings, verified by emulation when the audit is traced."""
     from ..audit_models import load_graph
     from ..frontends.torch_input import is_torch_input
 
     converter = converter_for(target_for)
+    target, trace, torch_options = audit.deployment.fmt, audit.trace, audit.torch
+    keep_fp32, rules = list(audit.deployment.keep_fp32), audit.rules
     torch_model = not path.lower().endswith(".onnx") and is_torch_input(path)
     if torch_model != (target_for in _PYTORCH_TARGETS):
         kind = "a PyTorch model" if torch_model else "an ONNX model"
@@ -179,9 +177,10 @@ def build_keep_list(path: str, target: Format, target_for: str, keep_fp32: list[
     if torch_model and trace is not None:
         # the emulator runs ONNX: a PyTorch model is verified on its export, whose nodes carry the module paths
         from ..frontends.torch_input import load_torch_for_trace
-        graph = load_torch_for_trace(path, torch_options or TorchOptions(), target.name)
+        graph = load_torch_for_trace(path, torch_options, target.name)
     else:
-        graph = load_graph(path, torch_options, target.name, dims or (trace.dims if trace else None))
+        graph = load_graph(path, torch_options, target.name, audit.dims)
+    keep = audit.ignored
     result = KeepList(path, graph, target, target_for, converter, list(keep_fp32))
     resolver = result.deployment.resolver(graph)
     chains = NormChains(graph, resolver)

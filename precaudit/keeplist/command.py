@@ -1,58 +1,42 @@
-"""What `precaudit keep-list` runs once the command line is parsed: settings, rules, the list, its rendering."""
+"""What `precaudit keep-list` runs over an audit's context: the list, its snippet run as printed, its rendering."""
 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
-from ..config import load_settings
-from ..dtypes import format_named
 from ..errors import InputError
-from ..options import TorchOptions, TraceOptions, check_choice, check_int, check_number
+from ..options import check_choice, check_int, check_number
+
+if TYPE_CHECKING:
+    from ..context import Audit
 
 __all__ = ["keep_list_report", "build_checked", "check_printed"]
 
 
-def keep_list_report(model: str, given: dict, target_for: str | None, torch_options: TorchOptions,
-                     trace: TraceOptions | None, tolerance: float, max_runs: int, output_format: str,
-                     dims: dict[str, int] | None = None) -> tuple[str, int]:
-    """The report text and the exit code. given holds the flags the user typed (dtype, keep_fp32, rules), over the
-    pyproject."""
-    settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
-    keep = build_checked(model, settings, target_for, torch_options, trace, tolerance, max_runs,
-                         progress=_progress if trace is not None and trace.progress else None, dims=dims)
+def keep_list_report(audit: Audit, model: str, target_for: str | None, tolerance: float, max_runs: int,
+                     output_format: str) -> tuple[str, int]:
+    """The report text and the exit code of `precaudit keep-list`."""
+    traced = audit.trace
+    keep = build_checked(audit, model, target_for, tolerance, max_runs,
+                         progress=_progress if traced is not None and traced.progress else None)
     return (keep.to_json() if output_format == "json" else keep.to_text()), keep.exit_code
 
 
-def build_checked(model: str, settings, target_for: str | None, torch_options: TorchOptions | None,
-                  trace: TraceOptions | None, tolerance: float, max_runs: int, progress=None,
-                  dims: dict[str, int] | None = None):
+def build_checked(audit: Audit, model: str, target_for: str | None, tolerance: float, max_runs: int, progress=None):
     """The keep-list of one model with its snippet run as printed: what the command and the Python API return.
-    Every value is checked before the model is read; an error names it as settings.named does (--for, or for_)."""
-    from ..pipeline import check_all_selectors
-    from ..rules.loader import load_rules
-    from ..selection import active_rules, drop_ignored
+    Every value is checked before the model is read; an error names it as the settings name it (--for, or for_)."""
     from . import FOR_TARGETS, build_keep_list
 
-    named = settings.named
+    named = audit.settings.named
     if target_for is None:
         raise InputError(None, f"keep-list needs {named('for_')}: one of {', '.join(FOR_TARGETS)}")
     target_for = check_choice(target_for, FOR_TARGETS, named("for_"))
-    target = format_named(settings.dtype)  # checked when the settings were made
     tolerance = check_number(tolerance, named("tolerance"), minimum=0.0, above=True)
     max_runs = check_int(max_runs, named("max_runs"), 1)
-    all_rules = load_rules(settings.rules)
-    check_all_selectors(settings, all_rules)
-    rules = active_rules(all_rules, settings.select, settings.ignore, settings.preview)
-    by_id = {r.id: r for r in rules}
-
-    def ignored(findings):  # the pyproject's per-model and per-node ignores, as check and fix apply them
-        return drop_ignored(findings, by_id, settings.per_model_ignores, settings.per_node_ignores,
-                            settings.project_root)
-
-    keep = build_keep_list(model, target, target_for, settings.keep_fp32, rules, torch_options, trace, tolerance,
-                           max_runs, progress=progress, keep=ignored, dims=dims)
+    keep = build_keep_list(audit, model, target_for, tolerance, max_runs, progress=progress)
     if not keep.pytorch:
-        check_printed(keep, rules)
+        check_printed(keep, audit.rules)
     return keep
 
 
