@@ -70,32 +70,32 @@ class Report:
         return self.exit_code == 0
 
     def to_text(self, color: bool = False, group: bool = True) -> str:
-        from .report.text import render_text
-        return render_text(self.outcome, color=check_bool(color, "color"), group=check_bool(group, "group"))
+        from .report import render
+        return render(self.outcome, "text", color=check_bool(color, "color"), group=check_bool(group, "group"))
 
     def to_json(self) -> str:
-        from .report.json import render_json
-        return render_json(self.outcome)
+        from .report import render
+        return render(self.outcome, "json")
 
     def to_dict(self) -> dict:
         from .report.json import report_document
         return report_document(self.outcome)
 
     def to_sarif(self) -> str:
-        from .report.sarif import render_sarif
-        return render_sarif(self.outcome)
+        from .report import render
+        return render(self.outcome, "sarif")
 
     def to_html(self) -> str:
-        from .report.html import render_html
-        return render_html(self.outcome)
+        from .report import render
+        return render(self.outcome, "html")
 
     def to_junit(self) -> str:
-        from .report.junit import render_junit
-        return render_junit(self.outcome)
+        from .report import render
+        return render(self.outcome, "junit")
 
     def to_github(self) -> str:
-        from .report.github import render_github
-        return render_github(self.outcome)
+        from .report import render
+        return render(self.outcome, "github")
 
     def _repr_html_(self) -> str:  # a notebook shows the HTML report inline
         return self.to_html()

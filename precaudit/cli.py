@@ -322,27 +322,9 @@ def _split(entries: list[str]) -> list[str]:
 
 
 def _render(outcome: Outcome, color: bool, group: bool = True) -> str:
-    fmt = outcome.settings["format"]
-    if fmt == "concise":
-        from .report.text import render_concise
-        return render_concise(outcome)
-    if fmt == "html":
-        from .report.html import render_html
-        return render_html(outcome)
-    if fmt == "json":
-        from .report.json import render_json
-        return render_json(outcome)
-    if fmt == "sarif":
-        from .report.sarif import render_sarif
-        return render_sarif(outcome)
-    if fmt == "github":
-        from .report.github import render_github
-        return render_github(outcome)
-    if fmt == "junit":
-        from .report.junit import render_junit
-        return render_junit(outcome)
-    from .report.text import render_text
-    return render_text(outcome, color=color, group=group)
+    from .report import render
+
+    return render(outcome, color=color, group=group)
 
 
 def _note_named_inputs(models: list[str], settings: Settings, inputs: list[str]) -> None:

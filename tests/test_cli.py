@@ -295,3 +295,11 @@ def test_bad_option_values_are_one_line_naming_the_option(underflow, capsys, arg
     assert main([str(underflow), *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err and err.endswith("(precaudit --help shows the usage)\n")
+
+
+def test_every_format_the_options_accept_has_a_renderer():
+    """--format's choices are checked low in the house (options.FORMATS); each must render."""
+    from precaudit.options import FORMATS
+    from precaudit.report import RENDERERS
+
+    assert set(FORMATS) == set(RENDERERS)
