@@ -177,3 +177,19 @@ def test_a_scale_from_a_size_is_no_unguarded_division(tmp_path):
     assert [r["rule_id"] for r in results] == []
     _, results = audit(tmp_path, "scaled_by_relu")
     assert [(r["rule_id"], r["source_line"]) for r in results] == [("PA303", line_of("hazard: relu(x) can be 0"))]
+
+
+@pytest.mark.parametrize("dtype,eps", [("fp16", 1.1920928955078125e-07), ("bf16", 1.1920928955078125e-07),
+                                       ("fp32", 1.1920928955078125e-07)])
+def test_rms_norm_without_eps_uses_the_float32_machine_epsilon_for_half_inputs(dtype, eps, tmp_path, capsys):
+    """nn.RMSNorm(eps=None) takes finfo of the dtype its kernel computes in: float32 for half and bfloat16 inputs
+    (measured: F.rms_norm(half, eps=None) equals eps=finfo(float32).eps and differs from float16's 9.77e-4)."""
+    x = torch.full((2, 64), 1e-3).half()
+    x[0] = 0
+    measured = torch.nn.functional.rms_norm(x, (64,))
+    assert torch.equal(measured, torch.nn.functional.rms_norm(x, (64,), eps=torch.finfo(torch.float32).eps))
+    assert not torch.equal(measured, torch.nn.functional.rms_norm(x, (64,), eps=torch.finfo(torch.float16).eps))
+    (tmp_path / "rms.py").write_text("import torch\nfrom torch import nn\n\n\ndef make():\n"
+                                     "    return nn.Sequential(nn.RMSNorm(64)), (torch.randn(2, 64),)\n")
+    assert main(["match", "PA103", f"{tmp_path}/rms.py:make", "--dtype", dtype]) == 0
+    assert f"eps={eps!r}" in capsys.readouterr().out
