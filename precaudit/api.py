@@ -108,7 +108,7 @@ class Report:
 
 def audit(model: Any, dtype: str = "fp16", *, select: Sequence[str] | None = None,
           ignore: Sequence[str] | None = None, keep_fp32: Sequence[str] = (), converter: str | None = None,
-          autocast: str | None = None, trace: Any = None, config: str | os.PathLike | None = "pyproject",
+          runtime: str | None = None, autocast: str | None = None, trace: Any = None, config: str | os.PathLike | None = "pyproject",
           baseline: str | os.PathLike | None = None, fail_on: str | None = None,
           rules: Sequence[str | os.PathLike] = (), preview: bool | None = None, check_weights: bool | None = None,
           example_inputs: Any = None, trust_pickle: bool = False) -> Report:
@@ -131,15 +131,18 @@ def audit(model: Any, dtype: str = "fp16", *, select: Sequence[str] | None = Non
     trace_options = _trace_options(trace, "trace")
     settings = _settings({"dtype": dtype, "keep_fp32": keep_fp32, "rules": rules, "select": select,
                           "ignore": ignore, "preview": preview, "fail_on": fail_on, "baseline": baseline,
-                          "check_weights": check_weights, "converter": converter, "autocast": autocast}, config)
-    context = Audit.of(settings, TorchOptions(trust_pickle=trust_pickle), trace_options, trace_options is not None)
+                          "check_weights": check_weights, "converter": converter, "autocast": autocast,
+                          "runtime": runtime}, config)
+    context = _noted(Audit.of(settings, TorchOptions(trust_pickle=trust_pickle), trace_options,
+                              trace_options is not None))
     with _as_paths(model, example_inputs) as (paths, shown_as):
         outcome = run_audit(context, paths)
         _rename(outcome, shown_as)
     return Report(outcome)
 
 
-def keep_list(model: Any, for_: str, dtype: str = "fp16", *, keep_fp32: Sequence[str] = (), trace: Any = None,
+def keep_list(model: Any, for_: str, dtype: str = "fp16", *, keep_fp32: Sequence[str] = (), runtime: str | None = None,
+              trace: Any = None,
               tolerance: float = 1e-2, max_runs: int = 30, config: str | os.PathLike | None = "pyproject",
               rules: Sequence[str | os.PathLike] = ()) -> KeepList:
     """`precaudit keep-list MODEL --for CONVERTER`: the nodes to keep in float32, the converter's arguments
@@ -155,8 +158,8 @@ def keep_list(model: Any, for_: str, dtype: str = "fp16", *, keep_fp32: Sequence
     tolerance = check_number(tolerance, "tolerance", minimum=0.0, above=True)
     max_runs = check_int(max_runs, "max_runs", 1)
     trace_options = _trace_options(trace, "trace")
-    settings = _settings({"dtype": dtype, "keep_fp32": keep_fp32, "rules": rules}, config)
-    context = Audit.of(settings, inputs=trace_options, traced=trace_options is not None)
+    settings = _settings({"dtype": dtype, "keep_fp32": keep_fp32, "rules": rules, "runtime": runtime}, config)
+    context = _noted(Audit.of(settings, inputs=trace_options, traced=trace_options is not None))
     with _as_paths(model, None) as (paths, _):
         return build_checked(context, paths[0], for_, tolerance, max_runs)
 
@@ -164,7 +167,8 @@ def keep_list(model: Any, for_: str, dtype: str = "fp16", *, keep_fp32: Sequence
 def fix(model: str | os.PathLike, output: str | os.PathLike | None = None, dtype: str = "fp16", *,
         dry_run: bool = False, inputs: Any = None, tolerance: float = 1e-3, data_floor: str | float = "keep",
         min_eps: float | None = None, keep_fp32: Sequence[str] = (), converter: str | None = None,
-        select: Sequence[str] | None = None, ignore: Sequence[str] | None = None, trace: bool = False,
+        runtime: str | None = None, select: Sequence[str] | None = None, ignore: Sequence[str] | None = None,
+        trace: bool = False,
         config: str | os.PathLike | None = "pyproject", rules: Sequence[str | os.PathLike] = ()) -> FixResult:
     """`precaudit fix MODEL -o OUTPUT`: repair, gate each repair on the float32 change it makes on `inputs` (a path
     or list of .npz batches, or TraceOptions fields as a dict; None: synthesized), write OUTPUT only after every
@@ -181,13 +185,22 @@ def fix(model: str | os.PathLike, output: str | os.PathLike | None = None, dtype
         raise InputError(None, f"inputs: must be .npz paths or a dict of TraceOptions fields, got {inputs}")
     options = _trace_options(inputs, "inputs") or TraceOptions()
     settings = _settings({"dtype": dtype, "keep_fp32": keep_fp32, "rules": rules, "select": select,
-                          "ignore": ignore, "converter": converter}, config)
+                          "ignore": ignore, "converter": converter, "runtime": runtime}, config)
     # run_checked checks min_eps, tolerance and data_floor, named as settings.named names them, before the model
-    return run_checked(Audit.of(settings, inputs=options, traced=trace), model, output, dry_run, min_eps, tolerance,
-                       data_floor)
+    return run_checked(_noted(Audit.of(settings, inputs=options, traced=trace)), model, output, dry_run, min_eps,
+                       tolerance, data_floor)
 
 
 # ---- the arguments as the pipeline takes them ------------------------------------------------------------------
+
+def _noted(audit):
+    """A runtime version judged as the nearest modelled one is said as a warning (the command line's stderr line)."""
+    import warnings
+
+    for note in audit.notes:
+        warnings.warn(note, UserWarning, stacklevel=3)
+    return audit
+
 
 def _settings(given: dict, config: Any):
     """The pyproject that config names under the arguments given (None and empty lists: not given), each checked by

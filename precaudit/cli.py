@@ -34,6 +34,7 @@ def _bad_value(option: str, problem: str) -> UsageError:
 
 
 def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp32: list[str], converter: str | None,
+          runtime: str | None,
           rules: list[str], select: list[str], ignore: list[str], preview: bool | None, output_format: str | None,
           no_group: bool, output: Path | None, fail_on: str | None, exit_zero: bool, statistics: bool,
           baseline: str | None, write_baseline: str | None, show_settings: bool, trace: bool,
@@ -49,7 +50,8 @@ def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp
     given = {"dtype": dtype, "autocast": autocast, "keep_fp32": _split(keep_fp32), "rules": list(rules),
              "select": _split(select),
              "ignore": _split(ignore), "preview": preview, "format": output_format,
-             "fail_on": fail_on, "baseline": baseline, "check_weights": check_weights, "converter": converter}
+             "fail_on": fail_on, "baseline": baseline, "check_weights": check_weights, "converter": converter,
+             "runtime": runtime}
     # Only flags the user typed override the pyproject: None and empty lists mean "not given".
     settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
     if show_settings:
@@ -79,8 +81,9 @@ def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp
     from .context import Audit
     from .pipeline import run_audit
 
-    outcome = run_audit(Audit.of(settings, torch_options, trace_options, trace), models, write_baseline, exit_zero,
-                        jobs, debug)
+    audit = Audit.of(settings, torch_options, trace_options, trace)
+    _say_notes(audit)
+    outcome = run_audit(audit, models, write_baseline, exit_zero, jobs, debug)
     for err in outcome.result.errors:
         _error(str(err))
     if write_baseline is not None:
@@ -138,29 +141,37 @@ def explain(*, rule: str, rules: list[str]) -> int:
 
 
 def match(*, rule: str, model: str, node: str, dtype: str | None, keep_fp32: list[str], converter: str | None,
-          rules: list[str], no_factories: bool = False) -> int:
+          runtime: str | None, rules: list[str], no_factories: bool = False) -> int:
     """Show, node by node, why a rule fires or does not: the pattern step that failed, or the condition's values."""
-    from .audit_models import load_graph
-    from .deployment import Deployment
     from .config import load_settings
-    from .dtypes import format_named
+    from .context import Audit
     from .escape import printable
     from .options import TorchOptions
     from .rules.match_trace import trace_rule
 
-    given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "converter": converter}
+    given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "converter": converter,
+             "runtime": runtime}
     settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
     chosen = _rule_named(rule, settings.rules)
-    target = format_named(settings.dtype)
-    graph = load_graph(model, TorchOptions(factories=not no_factories), target=target.name)
-    resolver = Deployment.named(target, settings.converter, settings.keep_fp32).resolver(graph)
-    lines = [f"{chosen.id} {chosen.name} on {printable(model)} (--dtype {resolver.target.name})"]
+    audit = Audit.of(settings, TorchOptions(factories=not no_factories))
+    _say_notes(audit)
+    graph = audit.load(model)
+    resolver = audit.deployment.resolver(graph)
+    on = f", --runtime {audit.deployment.runtime.spelled}" if audit.deployment.runtime else ""
+    lines = [f"{chosen.id} {chosen.name} on {printable(model)} (--dtype {resolver.target.name}{on})"]
     lines += [f"  {printable(line)}" for line in trace_rule(graph, resolver, chosen, node)]
     _write_stdout("".join(f"{line}\n" for line in lines))
     return EXIT_CLEAN
 
 
-def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp32: list[str], rules: list[str],
+def _say_notes(audit) -> None:
+    """A runtime version judged as the nearest modelled one: one warning line on stderr."""
+    for note in audit.notes:
+        _error(f"warning: {note}")
+
+
+def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp32: list[str], runtime: str | None,
+              rules: list[str],
               select: list[str], ignore: list[str],
               trace: bool, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str,
           range_: list[str], timeout: float,
@@ -180,11 +191,12 @@ def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp3
 
     _note_named_inputs([model], load_settings({"rules": list(rules)} if rules else {}), inputs)  # -o never over them
     given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "select": _split(select),
-             "ignore": _split(ignore)}
+             "ignore": _split(ignore), "runtime": runtime}
     torch_options = TorchOptions(_shapes(input_shape), input_dtype, trust_pickle,
                                  factories=_factories(no_factories, trust_pickle))
     audit = Audit.of(load_settings({k: v for k, v in given.items() if v not in (None, [])}), torch_options,
                      trace_options, trace)
+    _say_notes(audit)
     text, code = keep_list_report(audit, model, target_for, tolerance, max_runs, output_format)
     _write(text, output)
     return code
@@ -192,8 +204,8 @@ def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp3
 
 def fix(*, model: str, output: Path | None, dtype: str | None, dry_run: bool, min_eps: float | None,
         data_floor: str, tolerance: float,
-        keep_fp32: list[str], converter: str | None, rules: list[str], select: list[str], ignore: list[str],
-        trace: bool, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str,
+        keep_fp32: list[str], converter: str | None, runtime: str | None, rules: list[str], select: list[str],
+        ignore: list[str], trace: bool, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str,
           range_: list[str], timeout: float,
         output_format: str, debug: bool, no_factories: bool = False) -> int:
     """Repair what the audit found, minimally and locally; write a new model, checked against the original."""
@@ -207,9 +219,10 @@ def fix(*, model: str, output: Path | None, dtype: str | None, dry_run: bool, mi
     options = _trace_options(inputs, samples, dim, seed, trace_engine, range_, timeout)
     _note_named_inputs([model], load_settings({"rules": list(rules)} if rules else {}), inputs)  # -o never over them
     given = {"dtype": dtype, "keep_fp32": _split(keep_fp32), "rules": list(rules), "select": _split(select),
-             "ignore": _split(ignore), "converter": converter}
+             "ignore": _split(ignore), "converter": converter, "runtime": runtime}
     audit = Audit.of(load_settings({k: v for k, v in given.items() if v not in (None, [])}), inputs=options,
                      traced=trace)
+    _say_notes(audit)
     text, code = fix_report(audit, model, str(output) if output is not None else None, dry_run, min_eps,
                             output_format, tolerance, data_floor)
     _write_stdout(text)

@@ -44,7 +44,8 @@ def app() -> "typer.Typer":
                                                               help="ONNX files, or PyTorch models: model.py:factory, "
                                                                    "package.module:factory, .pt2, TorchScript .pt.")
                           ] = None,
-        dtype: Dtype = None, keep_fp32: KeepFp32 = [], converter: Converter = None, rules: Rules = [],
+        dtype: Dtype = None, keep_fp32: KeepFp32 = [], converter: Converter = None, runtime: RuntimeOpt = None,
+        rules: Rules = [],
         autocast: Annotated[Optional[str], typer.Option("--autocast", metavar="cuda|cpu",
                                                         help="PyTorch: the float32 module under "
                                                              "torch.autocast(device, --dtype), not "
@@ -96,7 +97,8 @@ def app() -> "typer.Typer":
     def match(rule: Annotated[str, typer.Argument(metavar="RULE", help="A rule id (PA203) or name.")],
               model: Annotated[str, typer.Argument(metavar="MODEL", help="The model to match the rule against.")],
               node: Annotated[str, typer.Option("--node", metavar="GLOB", help="Only nodes matching this glob.")] = "*",
-              dtype: Dtype = None, keep_fp32: KeepFp32 = [], converter: Converter = None, rules: Rules = [],
+              dtype: Dtype = None, keep_fp32: KeepFp32 = [], converter: Converter = None, runtime: RuntimeOpt = None,
+        rules: Rules = [],
               no_factories: NoFactories = False) -> None:
         raise typer.Exit(cli.match(**_given(locals())))
 
@@ -108,7 +110,8 @@ def app() -> "typer.Typer":
                                                           help="onnxconverter-common, onnxruntime, olive, modelopt "
                                                                "(ONNX models); pytorch, torch-tensorrt (PyTorch "
                                                                "models).")] = None,
-        dtype: Dtype = None, keep_fp32: KeepFp32 = [], rules: Rules = [], select: Select = [], ignore: Ignore = [],
+        dtype: Dtype = None, keep_fp32: KeepFp32 = [], runtime: RuntimeOpt = None, rules: Rules = [],
+        select: Select = [], ignore: Ignore = [],
         trace: Annotated[bool, typer.Option("--trace", help="Verify the list by emulating the model (and grow "
                                                             "it).")] = False,
         inputs: Inputs = [], samples: Samples = 1, dim: Dim = [], range_: Range = [], seed: Seed = 0,
@@ -132,7 +135,8 @@ def app() -> "typer.Typer":
         model: Annotated[str, typer.Argument(metavar="MODEL", help="The ONNX file to repair (never written over).")],
         output: Annotated[Optional[Path], typer.Option("--output", "-o", metavar="FILE",
                                                        help="Where to write the fixed model.")] = None,
-        dtype: Dtype = None, keep_fp32: KeepFp32 = [], converter: Converter = None, rules: Rules = [],
+        dtype: Dtype = None, keep_fp32: KeepFp32 = [], converter: Converter = None, runtime: RuntimeOpt = None,
+        rules: Rules = [],
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan only; write nothing.")] = False,
         min_eps: Annotated[Optional[float], typer.Option("--min-eps", metavar="V",
                                                          help="Raise eps (and new guards) to V instead of the "
@@ -224,6 +228,10 @@ KeepFp32 = Annotated[Many, typer.Option("--keep-fp32", metavar="OP_OR_NODE,...",
                                         help="Op types, node names or globs kept in float32 (your converter's "
                                              "block list).")]
 Converter = Annotated[Optional[str], typer.Option("--converter", metavar="NAME", help=_CONVERTER_HELP)]
+RuntimeOpt = Annotated[Optional[str], typer.Option("--runtime", metavar="NAME[@VERSION]",
+                                                   help="The runtime that runs the model: judge each node in the dtype "
+                                                        "its kernel there really computes in (precaudit runtimes lists "
+                                                        "them: ort-cpu, ort-cuda@1.26, tensorrt@11, ...).")]
 Rules = Annotated[Many, typer.Option("--rules", metavar="PATH",
                                      help="Extra YAML rule file or folder; may override built-in rules.")]
 Select = Annotated[Many, typer.Option("--select", metavar="RULE,...",

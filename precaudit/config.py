@@ -39,6 +39,7 @@ class Settings:
     check_weights: bool = False  # read every float32 weight and measure it against the target dtype
     autocast: str | None = None  # PyTorch: run the float32 module under torch.autocast on this device (cuda, cpu)
     converter: str = "plain"  # the ONNX fp16 converter whose block list and constant clamp to model (converters/)
+    runtime: str | None = None  # the runtime that runs the model, NAME[@VERSION] (runtime/): what kernels compute in
     baseline: str | None = None
     per_model_ignores: dict[str, list[str]] = field(default_factory=dict)
     per_node_ignores: dict[str, list[str]] = field(default_factory=dict)
@@ -181,6 +182,8 @@ def check_setting(name: str, value: Any, where: str, file: str | None = None) ->
         return check_paths(value, where, file)
     if name == "baseline":
         return check_path(value, where, file)
+    if name == "runtime":
+        return _check_runtime(value, where, file)
     if name in _CHOICES:
         return check_choice(value, _CHOICES[name], where, file)
     default = getattr(Settings(), name)
@@ -194,6 +197,19 @@ def check_setting(name: str, value: Any, where: str, file: str | None = None) ->
         format_named(value)
     except KeyError:
         raise InputError(file, f"{where}: unknown dtype {shown(value)}; choose one of {', '.join(DTYPES)}") from None
+    return value
+
+
+def _check_runtime(value: Any, where: str, file: str | None) -> str:
+    """NAME or NAME@VERSION of a modelled runtime (a version between the modelled ones is judged as the nearest)."""
+    if not isinstance(value, str):
+        raise InputError(file, f"{where}: must be a string, got {shown(value)}")
+    from .runtime import runtime_named
+
+    try:
+        runtime_named(value)
+    except ValueError as exc:
+        raise InputError(file, f"{where}: {exc}") from None
     return value
 
 

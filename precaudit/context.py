@@ -45,8 +45,8 @@ class Audit:
         from .selection import active_rules
 
         try:
-            deployment = Deployment.named(settings.dtype, settings.converter, settings.keep_fp32)
-        except KeyError as exc:  # load_settings checked both: reached only through a Settings built by hand
+            deployment = Deployment.named(settings.dtype, settings.converter, settings.keep_fp32, settings.runtime)
+        except (KeyError, ValueError) as exc:  # load_settings checked them: reached only through a Settings by hand
             raise InputError(None, str(exc.args[0])) from None
         all_rules = load_rules(settings.rules)
         _check_selectors(settings, all_rules)
@@ -55,6 +55,15 @@ class Audit:
         if torch.autocast is None and settings.autocast is not None:
             torch = dataclasses.replace(torch, autocast=settings.autocast)
         return cls(settings, deployment, all_rules, rules, torch, inputs or TraceOptions(), traced)
+
+    @property
+    def notes(self) -> list[str]:
+        """What the run should say besides its findings: a runtime version judged as the nearest modelled one."""
+        runtime = self.deployment.runtime
+        if runtime is None or runtime.asked is None:
+            return []
+        return [f"{runtime.name}@{runtime.asked} is not a modelled version: judged as {runtime.spelled}, the nearest "
+                f"modelled version not after it (modelled: {', '.join(type(runtime).versions)})"]
 
     @property
     def trace(self) -> TraceOptions | None:

@@ -1,5 +1,6 @@
-"""The deployment target — the dtype a model is converted to, the converter that converts it and the nodes kept in
-float32 — and the one place that builds the resolver saying which dtype each node of a graph computes in."""
+"""The deployment target — the dtype a model is converted to, the converter that converts it, the nodes kept in
+float32 and the runtime that runs it — and the one place that builds the resolver saying which dtype each node of a
+graph computes in."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from .dtypes import Format, format_named
 if TYPE_CHECKING:
     from .analysis.compute_dtype import DtypeResolver
     from .ir import Graph, Node
+    from .runtime import Fact, Runtime
 
 __all__ = ["Deployment"]
 
@@ -25,13 +27,23 @@ class Deployment:
     fmt: Format
     converter: Converter = PLAIN
     keep_fp32: tuple[str, ...] = ()
+    runtime: Runtime | None = None  # None: judged as the graph and the converter say (no --runtime)
+    retarget: Fact | None = None  # why fmt is not the --dtype asked for: the runtime runs it in another format
 
     @classmethod
-    def named(cls, dtype: str | Format, converter: str | Converter | None = None,
-              keep_fp32: Sequence[str] = ()) -> Deployment:
-        """From the names the settings hold; KeyError names the choices for an unknown dtype or converter."""
+    def named(cls, dtype: str | Format, converter: str | Converter | None = None, keep_fp32: Sequence[str] = (),
+              runtime: str | Runtime | None = None) -> Deployment:
+        """From the names the settings hold; KeyError names the choices for an unknown dtype or converter, ValueError
+        for an unknown runtime."""
         fmt = dtype if isinstance(dtype, Format) else format_named(dtype)
-        return cls(fmt, converter_named(converter), tuple(keep_fp32))
+        retarget = None
+        if isinstance(runtime, str):
+            from .runtime import runtime_named
+
+            runtime = runtime_named(runtime)
+        if runtime is not None:
+            fmt, retarget = runtime.target(fmt)
+        return cls(fmt, converter_named(converter), tuple(keep_fp32), runtime, retarget)
 
     def resolver(self, graph: Graph, keep_nodes: Sequence[Node] = (), keep_io: bool = False) -> DtypeResolver:
         """The compute dtype of every node and value of graph when it runs at this target. keep_nodes: nodes a
@@ -39,10 +51,11 @@ class Deployment:
         from .analysis.compute_dtype import DtypeResolver
 
         return DtypeResolver(graph, self.fmt, list(self.keep_fp32), self.converter, keep_nodes=tuple(keep_nodes),
-                             keep_io=keep_io)
+                             keep_io=keep_io, runtime=self.runtime, retarget=self.retarget)
 
     def as_written(self) -> Deployment:
-        """A model a converter already wrote runs as it is stored: no converter to model, nothing kept by name."""
+        """A model a converter already wrote runs as it is stored (on the same runtime): no converter to model,
+        nothing kept by name."""
         return dataclasses.replace(self, converter=PLAIN, keep_fp32=())
 
     def without_converter(self) -> Deployment:

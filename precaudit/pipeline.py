@@ -41,6 +41,7 @@ def run_audit(audit: Audit, models: list[str], write_to: str | None = None, exit
                        "select": settings.select, "ignore": settings.ignore, "preview": settings.preview,
                        "baseline": settings.baseline, "check_weights": settings.check_weights or audit.traced,
                        "converter": settings.converter, "autocast": settings.autocast,
+                       "runtime": audit.deployment.runtime.spelled if audit.deployment.runtime else None,
                        "config_file": settings.config_file}
     return Outcome(result=AuditResult(counted, result.errors, result.models, result.traces, result.dtype_maps,
                                       result.quantized),

@@ -28,12 +28,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING
 
 from ..converters import Clamp, Converter, converter_named
 from ..dtypes import FORMATS, Format, format_of_onnx_type, round_to_format
 from ..errors import InputError
 from ..ir import Graph, Node, Value, implicit_inputs
 from .constants import is_constant
+
+if TYPE_CHECKING:
+    from ..runtime.base import Fact, Runtime
 
 __all__ = ["ComputeDtype", "DtypeResolver"]
 
@@ -52,14 +56,22 @@ class ComputeDtype:
     fmt: Format
     reason: str
     clamp: Clamp | None = None  # what the converter does to a constant it converts into this dtype
+    # the format constants reach the node in, where the runtime computes in a wider one than it stores (onnxruntime
+    # CPU runs a float16 Add in float32, but its eps was stored in float16: 1e-12 is 0.0 all the same)
+    stored: Format | None = None
+    fact: Fact | None = None  # the runtime fact the dtype rests on, if a runtime decided it
 
     def constant(self, value: float, source: str = "initializer") -> float:
         """A constant (stored as `source`, a const_origin) as the converter leaves it, before rounding."""
         return self.clamp.apply(value) if self.clamp is not None and self.clamp.applies_to(source) else value
 
     def rounded_constant(self, value: float, source: str = "initializer") -> float:
-        """A constant as a node computing in this dtype sees it: clamped by the converter, then rounded."""
-        return round_to_format(self.constant(value, source), self.fmt)
+        """A constant as a node computing in this dtype sees it: clamped by the converter, rounded into the format it
+        is stored in, then into this one."""
+        value = self.constant(value, source)
+        if self.stored is not None:
+            value = round_to_format(value, self.stored)
+        return round_to_format(value, self.fmt)
 
 
 @dataclass(frozen=True)
@@ -98,8 +110,13 @@ class DtypeResolver:
 
     def __init__(self, graph: Graph, target: Format, keep_fp32: list[str] | tuple[str, ...] = (),
                  converter: str | Converter | None = None, keep_nodes: tuple[Node, ...] | list[Node] = (),
-                 keep_io: bool = False):
+                 keep_io: bool = False, runtime: Runtime | None = None, retarget: Fact | None = None):
         self.graph = graph
+        # the runtime that runs the converted graph (--runtime): how each kernel really computes; retarget: why
+        # target is not the --dtype asked for (a runtime that runs float32 graphs in float16)
+        self.runtime = runtime
+        self.retarget = retarget
+        self._widened: dict[int, Fact | None] = {}
         # the converter keeps the graph's float inputs and outputs float32 (keep_io_types=True): an input only kept
         # nodes read reaches them unrounded (a keep-list under test sets it)
         self.keep_io = keep_io
@@ -127,6 +144,8 @@ class DtypeResolver:
             _check_converter(graph, target, self.converter)
         self.converting = narrowing and self.converter.applies(target)
         self.clamp = self.converter.clamp(target) if self.converting else None
+        if self.clamp is None and runtime is not None and narrowing:
+            self.clamp = runtime.clamp(target)
         self._blocked = self.converter.blocked(graph, target) if self.converting else {}
         self._keep_nodes = {id(n) for n in keep_nodes}  # nodes a keep-list under test keeps (exact, no globs)
         self._origin: dict[int, _Origin] = {}  # id(value) -> the Cast it descends from
@@ -184,7 +203,22 @@ class DtypeResolver:
         return reason if keeper is node else f"inside '{keeper.name}' ({keeper.op_type}), {reason}"
 
     def of_value(self, value: Value) -> ComputeDtype | None:
-        """The dtype a float value is held in during the audited run; None for non-float values."""
+        """The dtype a float value is held in during the audited run; None for non-float values. A runtime may hold
+        in float32 what the converted graph stores narrow (onnxruntime CPU between its cast-wrapped kernels)."""
+        stored = self._stored(value)
+        runtime = self.runtime
+        if runtime is None or stored is None or not self._ready or stored.fmt.name not in ("fp16", "bf16"):
+            return stored
+        key = id(value)
+        if key not in self._widened:
+            self._widened[key] = runtime.widened(value, self.graph)
+        fact = self._widened[key]
+        if fact is None:
+            return stored
+        return ComputeDtype(FORMATS["fp32"], f"{runtime.label}: {fact.says}", stored.clamp, stored=stored.fmt, fact=fact)
+
+    def _stored(self, value: Value) -> ComputeDtype | None:
+        """The dtype the converted graph stores a float value in (the converter's view, before the runtime's)."""
         if value.dtype not in _FLOAT_NAMES:
             return None
         if value.dtype_note is not None:
@@ -212,6 +246,8 @@ class DtypeResolver:
             return ComputeDtype(FORMATS["fp32"], f"stored in float32 in a model stored in {self.target.long_name}")
         converter = f" converted by {self.converter.title}" if self.converting else ""
         why = f"--dtype {self.target.name}: float32 tensors run as {self.target.long_name}{converter}"
+        if self.retarget is not None and self.runtime is not None:
+            why = f"{self.runtime.label}: {self.retarget.says}"
         if origin is not None and origin.kind == "noop" and origin.to == "fp32":
             why += f" (the Cast to float32 at '{origin.cast}' is a no-op: its input is already float32)"
         elif origin is not None and origin.kind == "ended":
@@ -247,16 +283,31 @@ class DtypeResolver:
                                            f"{dtype.fmt.long_name} ({dtype.reason})")
         for value in node.inputs:
             if value is not None:
-                found = self.of_value(value)
+                found = self._stored(value)
                 if found is not None:
-                    return found
+                    return self._run(node, found)
         return None
 
+    def _run(self, node: Node, held: ComputeDtype) -> ComputeDtype:
+        """The dtype the runtime's kernel really computes in, for a node whose inputs are held in `held`."""
+        runtime = self.runtime
+        if runtime is None:
+            return held
+        kernel = runtime.kernel(node, held.fmt, self.graph)
+        if kernel is None or kernel.compute is None or kernel.compute == held.fmt.name:
+            return held
+        return ComputeDtype(FORMATS[kernel.compute], f"{runtime.label}: {kernel.fact.says}", held.clamp,
+                            stored=held.stored or held.fmt, fact=kernel.fact)
+
     def of_stash(self, node: Node, stash_type: int | None, default_note: str) -> ComputeDtype | None:
-        """Compute dtype of a norm op that carries its own statistics dtype (stash_type)."""
+        """Compute dtype of a norm op that carries its own statistics dtype (stash_type), unless the runtime's kernel
+        decides it otherwise."""
         pattern, reason = self._kept(node)
         if pattern is not None:
             return ComputeDtype(FORMATS["fp32"], reason)
+        decided = self.statistics_by_runtime(node)
+        if decided is not None:
+            return decided
         if stash_type is None:
             return ComputeDtype(FORMATS["fp32"], f"stash_type absent: default 1 (float32){default_note}")
         fmt = format_of_onnx_type(stash_type)
@@ -266,6 +317,23 @@ class DtypeResolver:
                 return None
             return ComputeDtype(inner.fmt, f"stash_type={stash_type} is no float type, so the input dtype applies: {inner.reason}")
         return ComputeDtype(fmt, f"stash_type={stash_type} ({fmt.long_name})")
+
+    def statistics_by_runtime(self, node: Node) -> ComputeDtype | None:
+        """The dtype a fused normalization's kernel keeps its statistics in at this runtime; None: as the op says."""
+        runtime = self.runtime
+        held = None
+        for value in node.inputs:
+            held = self._stored(value) if value is not None else None
+            if held is not None:
+                break
+        if runtime is None or held is None or self._kept(node)[0] is not None:
+            return None
+        kernel = runtime.kernel(node, held.fmt, self.graph)
+        if kernel is None or kernel.statistics is None:
+            return None
+        fmt = held.fmt if kernel.statistics == "input" else FORMATS[kernel.statistics]
+        return ComputeDtype(fmt, f"{runtime.label}: {kernel.fact.says}", held.clamp,
+                            stored=held.fmt if fmt is not held.fmt else None, fact=kernel.fact)
 
     def _propagate_casts(self) -> None:
         """Mark, in graph order, the values each island (and each no-op Cast's note) reaches.
@@ -337,7 +405,7 @@ class DtypeResolver:
             if origin is not None and (origin.kind == "island") == island or id(value) in fills \
                     or value.dtype != carried.to:
                 continue
-            dtype = self.of_value(value)
+            dtype = self._stored(value)
             if dtype is not None and dtype.fmt.name == self.target.name:
                 if not carried.island:
                     return None  # a note (or a narrowed value's reason) goes no further than an island would
