@@ -166,8 +166,8 @@ def app() -> "typer.Typer":
                                                  "(model.half()).")] = "amp-fp16",
         trace: Annotated[bool, typer.Option("--trace", help="Run one step (or --steps) in float32 and in the "
                                                             "regime, op by op, and compare.")] = False,
-        steps: Annotated[int, typer.Option("--steps", metavar="N", help="Traced: optimizer steps to run "
-                                                                        "(default 1).")] = 1,
+        steps: Annotated[int, typer.Option("--steps", metavar="N", help="Traced: optimizer steps to run, 1 to "
+                                                                        "1000 (default 1).")] = 1,
         loss_scale: Annotated[Optional[float], typer.Option("--loss-scale", metavar="S",
                                                             help="GradScaler's start (amp-fp16) or a static scale "
                                                                  "(fp16); default 65536 for amp-fp16.")] = None,

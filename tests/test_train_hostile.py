@@ -13,8 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import precaudit  # noqa: E402
-from fixtures.train_models import adam_eps_1e_8  # noqa: E402
+from fixtures.train_models import adam_eps_1e_8, spec  # noqa: E402
 from precaudit.cli import main  # noqa: E402
+
+GOOD = spec("adam_eps_1e_8")
 
 
 def factory(tmp_path: Path, body: str, name: str = "m.py") -> str:
@@ -57,3 +59,72 @@ def test_loss_not_finite_from_the_api_objects_is_a_report_error():
         "the loss is nan in float32, before any low precision (the float32 reference step on the factory's batch): "
         "the audit compares the regime with a finite float32 step; fix the model or loss_fn first"]
     assert report.findings == []
+
+
+# ---- options at their edges ----------------------------------------------------------------------------------
+
+_STEPS = "--steps must be a whole number from 1 to 1000"
+_SEED = "--seed must be a whole number from 0 to 2**63 - 1"
+_LR = "--lr must be a finite number above 0"
+_SCALE = "--loss-scale must be a finite number above 0"
+
+EDGES = [
+    ("--lr", "nan", f"{_LR}, not nan"), ("--lr", "-1", f"{_LR}, not -1.0"), ("--lr", "0", f"{_LR}, not 0.0"),
+    ("--lr", "inf", f"{_LR}, not inf"),
+    ("--loss-scale", "inf", f"{_SCALE}, not inf"), ("--loss-scale", "nan", f"{_SCALE}, not nan"),
+    ("--loss-scale", "0", f"{_SCALE}, not 0.0"), ("--loss-scale", "-1", f"{_SCALE}, not -1.0"),
+    ("--seed", str(10**23), f"{_SEED}, not {10**23}"), ("--seed", str(2**63), f"{_SEED}, not {2**63}"),
+    ("--steps", str(10**9), f"{_STEPS}, not {10**9}"), ("--steps", "0", f"{_STEPS}, not 0"),
+    ("--steps", "1001", f"{_STEPS}, not 1001"),
+]
+
+
+@pytest.mark.parametrize("option, value, problem", EDGES, ids=[f"{o}={v}" for o, v, _ in EDGES])
+def test_option_at_its_edge_is_one_line_from_the_command_line(option, value, problem, capsys):
+    assert one_line(capsys, GOOD, "--trace", option, value) == f"precaudit: {problem}"
+
+
+def test_option_as_text_is_a_usage_error(capsys):
+    line = one_line(capsys, GOOD, "--lr", "x")
+    assert line == "precaudit: Invalid value for '--lr': 'x' is not a valid float. (precaudit --help shows the usage)"
+
+
+API_EDGES = [
+    ({"lr": math.nan}, f"{_LR}, not nan"), ({"lr": -1}, f"{_LR}, not -1"), ({"lr": 0.0}, f"{_LR}, not 0.0"),
+    ({"lr": "x"}, f"{_LR}, not 'x'"), ({"lr": True}, f"{_LR}, not True"),
+    ({"loss_scale": math.inf}, f"{_SCALE}, not inf"), ({"loss_scale": "1"}, f"{_SCALE}, not '1'"),
+    ({"seed": 10**23}, f"{_SEED}, not {10**23}"), ({"seed": -1}, f"{_SEED}, not -1"),
+    ({"seed": True}, f"{_SEED}, not True"), ({"seed": 1.0}, f"{_SEED}, not 1.0"),
+    ({"steps": 10**9}, f"{_STEPS}, not {10**9}"), ({"steps": 0}, f"{_STEPS}, not 0"),
+    ({"steps": True}, f"{_STEPS}, not True"), ({"steps": 2.5}, f"{_STEPS}, not 2.5"),
+    ({"steps": "2"}, f"{_STEPS}, not '2'"), ({"steps": None}, f"{_STEPS}, not None"),
+    ({"regime": "fp8"}, "--regime: unknown regime 'fp8'; choose from amp-fp16, amp-bf16, bf16, fp16"),
+]
+
+
+@pytest.mark.parametrize("given, problem", API_EDGES, ids=[repr(g) for g, _ in API_EDGES])
+def test_option_at_its_edge_raises_from_the_api(given, problem):
+    with pytest.raises(precaudit.InputError) as caught:
+        precaudit.train_audit(GOOD, trace=True, **given)
+    assert str(caught.value) == problem
+
+
+def test_api_objects_are_checked_the_same_way():
+    model, x, loss_fn, optimizer = adam_eps_1e_8()
+    with pytest.raises(precaudit.InputError) as caught:
+        precaudit.train_audit(model, x, loss_fn, optimizer, trace=True, lr=-1e-3)
+    assert str(caught.value) == f"{_LR}, not -0.001"
+
+
+def test_numpy_numbers_are_numbers():
+    np = pytest.importorskip("numpy")
+    report = precaudit.train_audit(GOOD, trace=True, steps=np.int64(2), seed=np.int64(3), lr=np.float32(1e-3),
+                                   select=["PA401"])
+    assert report.errors == []
+    assert report.outcome.settings["steps"] == 2 and type(report.outcome.settings["steps"]) is int
+
+
+def test_help_states_the_bounds(capsys):
+    assert main(["train", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "optimizer steps to run, 1 to 1000 (default 1)" in text

@@ -5,19 +5,30 @@
 from __future__ import annotations
 
 import copy
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError
 from ..pipeline import exit_code_of
 from ..result import AuditResult
-from .regimes import regime_named
+from .regimes import REGIMES, regime_named
 
-__all__ = ["TrainOptions", "run_train_audit"]
+__all__ = ["TrainOptions", "run_train_audit", "MAX_STEPS"]
+
+# The audit is about the first steps of a run (the loss scale, the first inf/NaN, updates that do not land), and
+# each step is several forward and backward passes, the regime's emulated op by op (GPT-2 small: some 25 s); more
+# steps than this is a training run, or a typo, and would run for days.
+MAX_STEPS = 1000
+# torch.manual_seed takes 64 bits and the step seeds with seed + step: below 2**63, every seed + step fits.
+SEED_LIMIT = 2 ** 63
 
 
 @dataclass
 class TrainOptions:
+    """What `precaudit train` and precaudit.train_audit() take; validate() checks it before anything runs."""
+
     regime: str = "amp-fp16"
     trace: bool = False
     steps: int = 1
@@ -32,6 +43,45 @@ class TrainOptions:
     baseline: str | None = None
     preview: bool = False
 
+    def validate(self) -> None:
+        """One InputError for the first option that cannot work, named as the command line spells it (--lr for the
+        API's lr); numbers from the API (numpy's too) become plain int and float."""
+        if not isinstance(self.regime, str) or self.regime not in REGIMES:
+            raise InputError(None, f"--regime: unknown regime {_shown(self.regime)}; choose from {', '.join(REGIMES)}")
+        self.steps = _whole("--steps", self.steps, 1, MAX_STEPS)
+        self.seed = _whole("--seed", self.seed, 0, SEED_LIMIT - 1, "2**63 - 1")
+        if self.lr is not None:
+            self.lr = _positive("--lr", self.lr)
+        if self.loss_scale is not None:
+            self.loss_scale = _positive("--loss-scale", self.loss_scale)
+
+
+def _real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _shown(value: Any) -> str:
+    """The value as the message quotes it: a number as written, a string quoted, anything else by its type."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        return repr(float(value))
+    return repr(value[:40]) if isinstance(value, str) else f"a {type(value).__name__}"
+
+
+def _whole(option: str, value: Any, low: int, high: int, high_shown: str | None = None) -> int:
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and low <= int(value) <= high:
+        return int(value)
+    raise InputError(None, f"{option} must be a whole number from {low} to {high_shown or high}, not {_shown(value)}")
+
+
+def _positive(option: str, value: Any) -> float:
+    if _real(value) and math.isfinite(value) and value > 0:
+        return float(value)
+    raise InputError(None, f"{option} must be a finite number above 0, not {_shown(value)}")
+
 
 def run_train_audit(spec: str, options: TrainOptions, made: Any = None, debug: bool = False):
     """The Outcome of auditing one training factory (or, from the API, what a factory would have returned)."""
@@ -40,14 +90,8 @@ def run_train_audit(spec: str, options: TrainOptions, made: Any = None, debug: b
     from ..rules.loader import load_rules
     from ..selection import active_rules, check_selectors
 
-    try:
-        regime = regime_named(options.regime)
-    except KeyError as exc:
-        raise InputError(None, f"--regime: {exc.args[0]}") from None
-    if options.steps < 1:
-        raise InputError(None, f"--steps must be at least 1, not {options.steps}")
-    if options.loss_scale is not None and not options.loss_scale > 0:
-        raise InputError(None, f"--loss-scale must be a positive number, not {options.loss_scale}")
+    options.validate()
+    regime = regime_named(options.regime)
     all_rules = load_rules(options.rules)
     for name in ("select", "ignore"):
         check_selectors(getattr(options, name), all_rules, None, f"--{name}")
