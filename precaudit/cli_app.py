@@ -174,7 +174,12 @@ def app() -> "typer.Typer":
         lr: Annotated[Optional[float], typer.Option("--lr", metavar="LR",
                                                     help="Every parameter group's learning rate, instead of the "
                                                          "optimizer's.")] = None,
-        seed: Seed = 0, rules: Rules = [], select: Select = [], ignore: Ignore = [],
+        seed: Seed = 0,
+        timeout: Annotated[float, typer.Option("--timeout", metavar="SECONDS",
+                                               help="Stop after this long: the factory's import and call, the "
+                                                    "capture and the steps, run in a process of their own "
+                                                    "(default 1800; 0: no limit).")] = 1800.0,
+        rules: Rules = [], select: Select = [], ignore: Ignore = [],
         output_format: ReportFormat = None,
         output: ReportFile = None,
         fail_on: FailOn = None,

@@ -4,8 +4,10 @@ and exit 2 (or, printing, a clean report): never a silent exit 0, an internal er
 
 from __future__ import annotations
 
+import json
 import math
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ torch = pytest.importorskip("torch")
 import precaudit  # noqa: E402
 from fixtures.train_models import adam_eps_1e_8, spec  # noqa: E402
 from precaudit.cli import main  # noqa: E402
+from tests.helpers import run_cli_process  # noqa: E402
 
 GOOD = spec("adam_eps_1e_8")
 
@@ -67,6 +70,7 @@ _STEPS = "--steps must be a whole number from 1 to 1000"
 _SEED = "--seed must be a whole number from 0 to 2**63 - 1"
 _LR = "--lr must be a finite number above 0"
 _SCALE = "--loss-scale must be a finite number above 0"
+_TIMEOUT = "--timeout must be a finite number of seconds, 0 or more (0: no limit)"
 
 EDGES = [
     ("--lr", "nan", f"{_LR}, not nan"), ("--lr", "-1", f"{_LR}, not -1.0"), ("--lr", "0", f"{_LR}, not 0.0"),
@@ -76,6 +80,8 @@ EDGES = [
     ("--seed", str(10**23), f"{_SEED}, not {10**23}"), ("--seed", str(2**63), f"{_SEED}, not {2**63}"),
     ("--steps", str(10**9), f"{_STEPS}, not {10**9}"), ("--steps", "0", f"{_STEPS}, not 0"),
     ("--steps", "1001", f"{_STEPS}, not 1001"),
+    ("--timeout", "nan", f"{_TIMEOUT}, not nan"), ("--timeout", "-1", f"{_TIMEOUT}, not -1.0"),
+    ("--timeout", "inf", f"{_TIMEOUT}, not inf"),
 ]
 
 
@@ -98,6 +104,7 @@ API_EDGES = [
     ({"steps": 10**9}, f"{_STEPS}, not {10**9}"), ({"steps": 0}, f"{_STEPS}, not 0"),
     ({"steps": True}, f"{_STEPS}, not True"), ({"steps": 2.5}, f"{_STEPS}, not 2.5"),
     ({"steps": "2"}, f"{_STEPS}, not '2'"), ({"steps": None}, f"{_STEPS}, not None"),
+    ({"timeout": math.nan}, f"{_TIMEOUT}, not nan"), ({"timeout": "x"}, f"{_TIMEOUT}, not 'x'"),
     ({"regime": "fp8"}, "--regime: unknown regime 'fp8'; choose from amp-fp16, amp-bf16, bf16, fp16"),
 ]
 
@@ -128,3 +135,80 @@ def test_help_states_the_bounds(capsys):
     assert main(["train", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "optimizer steps to run, 1 to 1000 (default 1)" in text
+    assert "--timeout SECONDS" in text
+
+
+# ---- user code that never returns, exits, forks or prints: run in a child process, as a user runs it ---------
+
+
+@pytest.mark.parametrize("body", [
+    "def make():\n    time.sleep(600)\n",
+    "class Slow(torch.nn.Linear):\n    def forward(self, x):\n        time.sleep(600)\n        return super().forward(x)\n\n"
+    "def make():\n    return Slow(4, 1), torch.randn(2, 4), lambda out: out.square().mean()\n",
+], ids=["factory", "forward"])
+def test_user_code_that_never_returns_stops_at_the_timeout(body, tmp_path):
+    made = factory(tmp_path, body)
+    start = time.monotonic()
+    code, out, err, _ = run_cli_process(["train", made, "--trace", "--timeout", "2"], tmp_path, timeout=120)
+    elapsed = time.monotonic() - start
+    assert code == 2, err
+    assert out == "Found 0 findings in 0 models: 0 errors, 0 warnings, 0 info; 1 model could not be audited.\n"
+    assert err.splitlines() == [f"precaudit: {made}: running the factory and its step stopped after 2 s (--timeout; "
+                                "0 for no limit)"]
+    assert elapsed < 30  # 2 s, the interpreter and torch's import
+
+
+@pytest.mark.parametrize("body, ended", [
+    ("def make():\n    os._exit(0)\n", "exited with code 0"),
+    ("def make():\n    os._exit(3)\n", "exited with code 3"),
+    ("def make():\n    os.kill(os.getpid(), 9)\n", "was killed by signal 9 (SIGKILL)"),
+], ids=["exit-0", "exit-3", "sigkill"])
+def test_factory_that_ends_its_process_is_an_error(body, ended, tmp_path, capsys):
+    made = factory(tmp_path, body)
+    line = one_line(capsys, made)
+    assert line == (f"precaudit: {made}: the process running the factory and its step {ended} before it gave a "
+                    "result (os._exit or a signal in the user's code, or a crash in native code)")
+
+
+def test_factory_that_forks_gives_one_report(tmp_path):
+    made = factory(tmp_path, "def make():\n    os.fork()\n    return _linear()\n")
+    code, out, err, _ = run_cli_process(["train", made, "--trace", "-f", "json"], tmp_path, timeout=300)
+    assert code == 0, err
+    assert out.count('"results"') == 1
+    assert json.loads(out)["models"] == [made]
+    assert "results" not in err
+
+
+def test_factory_that_prints_leaves_stdout_to_the_report(tmp_path):
+    made = factory(tmp_path, """
+        print("printed by the factory")
+        def make():
+            print("print() in make")
+            print("print() to stderr", file=sys.stderr)
+            sys.stdout.flush()
+            os.write(1, b"os.write to fd 1\\n")
+            return _linear()
+    """)
+    code, out, err, _ = run_cli_process(["train", made, "--trace", "-f", "json"], tmp_path, timeout=300)
+    assert code == 0, err
+    assert json.loads(out)["models"] == [made]
+    assert err.splitlines() == ["printed by the factory", "print() in make", "print() to stderr",
+                                "os.write to fd 1"]
+
+
+# ---- what the child process must carry over from the run that started it -----------------------------------
+
+
+def test_relative_spec_resolves_from_the_current_folder(tmp_path, monkeypatch, capsys):
+    factory(tmp_path, "def make():\n    return _linear()\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "m.py:make", "-f", "concise"]) == 0
+    assert capsys.readouterr().out.startswith("Found 0 findings in 1 model (m.py:make)")
+
+
+def test_report_is_not_written_over_a_module_the_factory_imported(tmp_path, capsys):
+    (tmp_path / "helper.py").write_text("SIZE = 4\n")
+    made = factory(tmp_path, "import helper\n\ndef make():\n    return _linear()\n")
+    line = one_line(capsys, made, "-o", str(tmp_path / "helper.py"))
+    assert line == f"precaudit: {tmp_path / 'helper.py'}: refusing to write the report over one of the inputs"
+    assert (tmp_path / "helper.py").read_text() == "SIZE = 4\n"

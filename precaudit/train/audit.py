@@ -42,6 +42,7 @@ class TrainOptions:
     fail_on: str = "error"
     baseline: str | None = None
     preview: bool = False
+    timeout: float = 1800.0  # --timeout: seconds the factory's import, call and step may take; 0: no limit
 
     def validate(self) -> None:
         """One InputError for the first option that cannot work, named as the command line spells it (--lr for the
@@ -54,6 +55,10 @@ class TrainOptions:
             self.lr = _positive("--lr", self.lr)
         if self.loss_scale is not None:
             self.loss_scale = _positive("--loss-scale", self.loss_scale)
+        if not (_real(self.timeout) and math.isfinite(self.timeout) and self.timeout >= 0):
+            raise InputError(None, f"--timeout must be a finite number of seconds, 0 or more (0: no limit), not "
+                                   f"{_shown(self.timeout)}")
+        self.timeout = float(self.timeout)
 
 
 def _real(value: Any) -> bool:
@@ -84,7 +89,11 @@ def _positive(option: str, value: Any) -> float:
 
 
 def run_train_audit(spec: str, options: TrainOptions, made: Any = None, debug: bool = False):
-    """The Outcome of auditing one training factory (or, from the API, what a factory would have returned)."""
+    """The Outcome of auditing one training factory (or, from the API, what a factory would have returned).
+
+    A factory spec is imported, called and stepped in a worker process with options.timeout: what it prints goes
+    to stderr, and an exit, a fork, a crash or a hang in it is one error. Objects (made) run here, in the caller's
+    process, without a time limit: they are the caller's own, already running, and would have to be pickled."""
     from ..report.locations import repo_root
     from ..report.outcome import Outcome
     from ..rules.loader import load_rules
@@ -98,7 +107,14 @@ def run_train_audit(spec: str, options: TrainOptions, made: Any = None, debug: b
     rules = active_rules(all_rules, options.select, options.ignore, options.preview)
     result = AuditResult()
     try:
-        findings, gradients = _audit(spec, regime, options, rules, made)
+        if made is None:  # the user's code runs in a worker of its own (parallel.run_isolated says why)
+            from ..parallel import run_isolated
+
+            findings, gradients = run_isolated(_audit, (spec, regime, options, rules, None), spec,
+                                               "running the factory and its step", options.timeout or None, debug,
+                                               preload="precaudit.train.step")
+        else:
+            findings, gradients = _audit(spec, regime, options, rules, made)
         result.findings = findings
         if gradients is not None:
             result.gradients[spec] = gradients
