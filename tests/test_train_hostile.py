@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 import precaudit  # noqa: E402
 from fixtures.train_models import adam_eps_1e_8, spec  # noqa: E402
 from precaudit.cli import main  # noqa: E402
+from precaudit.train.audit import MAX_STEPS  # noqa: E402
 from tests.helpers import run_cli_process  # noqa: E402
 
 GOOD = spec("adam_eps_1e_8")
@@ -134,7 +135,7 @@ def test_numpy_numbers_are_numbers():
 def test_help_states_the_bounds(capsys):
     assert main(["train", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "optimizer steps to run, 1 to 1000 (default 1)" in text
+    assert f"optimizer steps to run, 1 to {MAX_STEPS} (default 1)" in text  # the bound the options are checked by
     assert "--timeout SECONDS" in text
 
 
