@@ -8,8 +8,11 @@ in its own process and reads its own peak RSS (VmHWM):
   plain     one float32 forward + backward + AdamW step, as a user's training loop runs it (the baseline; the
             import of torch and transformers and building the model are counted in neither side's time: each side
             reports the time after its model exists)
-  static    precaudit train FACTORY --regime R              (the captured graph's rules, no step)
-  traced    precaudit train FACTORY --regime R --trace      (one step in float32 and one emulated in the regime)
+  static    precaudit train's audit, --regime R             (the captured graph's rules, no step)
+  traced    precaudit train's audit, --regime R --trace     (one step in float32 and one emulated in the regime)
+
+(The audit runs in the measuring process, given the factory's objects as precaudit.train_audit passes them: the
+command line runs it in a worker process, whose time and memory the parent cannot read as its own.)
 
 Each child runs its work twice: cold (the process's first touch of its memory: on a VM whose host has taken idle
 pages back, page faults can make this several times slower, for both sides alike) and warm. It prints both times,
@@ -26,7 +29,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -70,24 +72,25 @@ for _ in range(2):  # cold (the process's first touch of its memory), then warm
 """
 
 # the audit's time counts from after the factory returned (as the plain step's does), through its report; run twice
-# in one process, cold and warm, as the plain step is
+# in one process, cold and warm, as the plain step is. The objects go to the audit as the API passes them: the
+# command line would run the factory in a worker process of its own, whose time and memory this process cannot
+# read (the report and the work are the same)
 _AUDIT = f"""
 import json, sys, time
-import precaudit.train.factory as factory
-made = factory.load_setup
-started = []
-def timed(spec):
-    setup = made(spec)
-    started.append(time.perf_counter())
-    return setup
-factory.load_setup = timed
-from precaudit.cli import main
+sys.path.insert(0, {str(HERE.parent)!r})
+from train_audit import make
+from precaudit.report.json import render_json
+from precaudit.train.audit import TrainOptions, run_train_audit
+regime, trace = sys.argv[1], sys.argv[2] == "--trace"
 seconds = []
 for _ in range(2):
-    code = main(sys.argv[1:])
-    seconds.append(time.perf_counter() - started[-1])
+    made = make()
+    start = time.perf_counter()
+    outcome = run_train_audit({str(HERE) + ":make"!r}, TrainOptions(regime=regime, trace=trace), made=made)
+    render_json(outcome)
+    seconds.append(time.perf_counter() - start)
+    assert not outcome.result.errors, outcome.result.errors
 {_PEAK}
-sys.exit(0 if code in (0, 1) else code)
 """
 
 
@@ -143,14 +146,11 @@ def main() -> int:
     env = {**os.environ, "PRECAUDIT_BENCH_LAYERS": str(args.layers), "PRECAUDIT_BENCH_BATCH": str(args.batch),
            "PRECAUDIT_BENCH_TOKENS": str(args.tokens)}
     os.environ.update(env)
-    spec = f"{HERE}:make"
-    out = Path(tempfile.mkdtemp(prefix="precaudit-train-bench-")) / "report.json"
-    common = ["train", spec, "--regime", args.regime, "--fail-on", "never", "-f", "json", "-o", str(out)]
     print(f"GPT-2 ({args.layers} layers, batch {args.batch} x {args.tokens} tokens), regime {args.regime}, "
           f"{os.cpu_count()} cores")
     plain = best(_PLAIN, [], env, args.repeat)
-    static = best(_AUDIT, common, env, args.repeat)
-    traced = best(_AUDIT, [*common, "--trace"], env, args.repeat)
+    static = best(_AUDIT, [args.regime, "--static"], env, args.repeat)
+    traced = best(_AUDIT, [args.regime, "--trace"], env, args.repeat)
     print(f"{'':8s} {'cold s':>8s} {'warm s':>8s} {'peak GB':>8s} {'cold x':>7s} {'warm x':>7s} {'memory x':>9s}")
     for label, r in (("plain", plain), ("static", static), ("traced", traced)):
         print(f"{label:8s} {r['cold']:8.2f} {r['warm']:8.2f} {r['peak_gb']:8.2f} {r['cold'] / plain['cold']:7.2f} "

@@ -338,11 +338,17 @@ def train_audit(model: Any, inputs: Any = None, loss_fn: Any = None, optimizer: 
                 regime: str = "amp-fp16", trace: bool = False, steps: int = 1, seed: int = 0,
                 loss_scale: float | None = None, lr: float | None = None, select: Sequence[str] | None = None,
                 ignore: Sequence[str] | None = None, rules: Sequence[str | os.PathLike] = (), fail_on: str = "error",
-                baseline: str | os.PathLike | None = None) -> Report:
+                baseline: str | os.PathLike | None = None, timeout: float = 1800.0) -> Report:
     """`precaudit train`: a factory spec ("model.py:make"), or the model (a torch.nn.Module) with its inputs (and
     loss_fn, optimizer) as objects. Returns a Report; a model that cannot be audited is in Report.errors (exit code
-    2). select, ignore, rules, fail_on and baseline are checked as audit() checks them; the training options by
-    TrainOptions."""
+    2). select, ignore, rules, fail_on and baseline are checked as audit() checks them.
+
+    The training options are checked as the command line checks them, before anything runs: one that cannot work
+    (lr nan, steps 2.5) raises InputError, naming it as the command line spells it (--lr). A factory spec runs in a
+    process of its own, as on the command line: stopped after timeout seconds (0: no limit), its prints on stderr, an
+    exit or crash in it an entry in Report.errors; from a script, call it under `if __name__ == "__main__":`, as any
+    multiprocessing code (the worker imports the script's module). Objects run in this process, without a time
+    limit: they are yours, already running here, and would have to be pickled to go anywhere else."""
     from .config import check_setting
     from .train.audit import TrainOptions, run_train_audit
 
@@ -354,7 +360,7 @@ def train_audit(model: Any, inputs: Any = None, loss_fn: Any = None, optimizer: 
               {"select": select, "ignore": ignore, "rules": rules, "fail_on": fail_on, "baseline": baseline}.items()
               if value is not None}
     options = TrainOptions(regime=regime, trace=trace, steps=steps, seed=seed, loss_scale=loss_scale, lr=lr,
-                           **shared)
+                           timeout=timeout, **shared)
     if spec is not None:
         return Report(run_train_audit(spec, options))
     made = (model, inputs, loss_fn, optimizer)

@@ -230,8 +230,9 @@ def fix(*, model: str, output: Path | None, dtype: str | None, dry_run: bool, mi
 
 
 def train(*, model: str, regime: str, trace: bool, steps: int, loss_scale: float | None, lr: float | None,
-          seed: int, rules: list[str], select: list[str], ignore: list[str], output_format: str | None,
-          output: Path | None, fail_on: str | None, baseline: str | None, no_color: bool, debug: bool) -> int:
+          seed: int, timeout: float, rules: list[str], select: list[str], ignore: list[str],
+          output_format: str | None, output: Path | None, fail_on: str | None, baseline: str | None, no_color: bool,
+          debug: bool) -> int:
     """Audit a PyTorch training step (precaudit/train)."""
     from .files import check_output
     from .frontends.torch_input import torch_input_files
@@ -245,7 +246,7 @@ def train(*, model: str, regime: str, trace: bool, steps: int, loss_scale: float
 
     options = TrainOptions(regime=regime, trace=trace, steps=steps, seed=seed, loss_scale=loss_scale, lr=lr,
                            select=_split(select), ignore=_split(ignore), rules=list(rules),
-                           fail_on=fail_on or "error", baseline=baseline)
+                           fail_on=fail_on or "error", baseline=baseline, timeout=timeout)
     outcome = run_train_audit(model, options, debug=debug)
     outcome.settings["format"] = output_format or "text"
     for err in outcome.result.errors:
@@ -369,12 +370,9 @@ def _write(text: str, output: Path | None) -> None:
     if output is None:
         _write_stdout(text)
         return
-    from .files import note_read, write_new
+    from .files import note_imported, write_new
 
-    for module in list(sys.modules.values()):  # a factory's model.py and whatever it imported are inputs too
-        file = getattr(module, "__file__", None)
-        if isinstance(file, str):
-            note_read(file)
+    note_imported()
     write_new(output, text)
 
 

@@ -174,15 +174,20 @@ def app() -> "typer.Typer":
                                                  "(model.half()).")] = "amp-fp16",
         trace: Annotated[bool, typer.Option("--trace", help="Run one step (or --steps) in float32 and in the "
                                                             "regime, op by op, and compare.")] = False,
-        steps: Annotated[int, typer.Option("--steps", metavar="N", help="Traced: optimizer steps to run "
-                                                                        "(default 1).")] = 1,
+        steps: Annotated[int, typer.Option("--steps", metavar="N", help="Traced: optimizer steps to run, 1 to "
+                                                                        "1000 (default 1).")] = 1,
         loss_scale: Annotated[Optional[float], typer.Option("--loss-scale", metavar="S",
                                                             help="GradScaler's start (amp-fp16) or a static scale "
                                                                  "(fp16); default 65536 for amp-fp16.")] = None,
         lr: Annotated[Optional[float], typer.Option("--lr", metavar="LR",
                                                     help="Every parameter group's learning rate, instead of the "
                                                          "optimizer's.")] = None,
-        seed: Seed = 0, rules: Rules = [], select: Select = [], ignore: Ignore = [],
+        seed: Seed = 0,
+        timeout: Annotated[float, typer.Option("--timeout", metavar="SECONDS",
+                                               help="Stop after this long: the factory's import and call, the "
+                                                    "capture and the steps, run in a process of their own "
+                                                    "(default 1800; 0: no limit).")] = 1800.0,
+        rules: Rules = [], select: Select = [], ignore: Ignore = [],
         output_format: ReportFormat = None,
         output: ReportFile = None,
         fail_on: FailOn = None,

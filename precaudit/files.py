@@ -16,7 +16,7 @@ from typing import BinaryIO
 from .errors import InputError
 
 __all__ = ["open_regular", "read_bytes", "read_text", "check_regular", "MiB", "start_run", "note_read", "check_output",
-           "write_new", "replace_with", "read_so_far", "add_read"]
+           "write_new", "replace_with", "read_so_far", "add_read", "note_imported"]
 
 MiB = 1 << 20
 
@@ -47,6 +47,16 @@ def note_read(path: str | os.PathLike, role: str | None = None) -> None:
     except OSError:
         return
     _inputs.setdefault((st.st_dev, st.st_ino), (str(path), role))
+
+
+def note_imported() -> None:
+    """Record the file of every module imported so far: a factory's model.py and whatever it imported are inputs."""
+    import sys
+
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str):
+            note_read(file)
 
 
 def write_new(path: str | os.PathLike, text: str, may_replace: tuple[str | os.PathLike, ...] = (),

@@ -4,20 +4,28 @@ Each model is audited alone in a worker forked from a clean server process that 
 from this process: torch and onnxruntime keep threads and state a fork would copy half-way), which sends back its AuditResult and the identities of the files it read, so that -o still
 refuses every input. A worker that dies (a factory calling os._exit, a crash in a C extension) is that model's
 error: the models that were waiting with it are retried, each in a worker of its own.
+
+run_isolated runs one piece of the user's code (precaudit train's factory and step) in such a worker, alone, with a
+time limit: a factory that sleeps, exits, forks or prints cannot hang the run, end it without a report, report
+twice or write into the report.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import warnings
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from . import files
-from .audit_models import audit_models
+from .audit_models import _internal_error, audit_models
 from .result import AuditResult
 from .errors import InputError
 
-__all__ = ["audit_in_parallel", "default_jobs"]
+__all__ = ["audit_in_parallel", "default_jobs", "run_isolated"]
+
+T = TypeVar("T")
 
 
 def default_jobs() -> int:
@@ -46,11 +54,9 @@ def audit_in_parallel(paths: list[str], jobs: int, debug: bool = False, **kwargs
 def _run_pool(paths: list[str], which, workers: int, debug: bool, kwargs: dict, out: list) -> list[int]:
     """Audit paths[i] for i in which; fills out[i]; returns the indexes whose worker pool broke under them."""
     import concurrent.futures as cf  # with its logging and multiprocessing: 25 ms no single-model run should pay
-    import multiprocessing
 
     broken = []
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["precaudit.audit_models"])  # imported once in the server, not once per worker
+    context = _context("precaudit.audit_models")
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_quiet_worker,
                                 initargs=(debug,)) as pool:
         futures = {i: pool.submit(_audit_one, paths[i], kwargs) for i in which}
@@ -60,6 +66,16 @@ def _run_pool(paths: list[str], which, workers: int, debug: bool, kwargs: dict, 
             except cf.process.BrokenProcessPool:
                 broken.append(i)
     return broken
+
+
+def _context(preload: str):
+    """The forkserver every worker is forked from; preload is imported once in the server, not once per worker (the
+    first caller's: the server starts once per process)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([preload])
+    return context
 
 
 def _quiet_worker(debug: bool) -> None:
@@ -84,3 +100,99 @@ def _merged(per_model: list) -> AuditResult:
         merged.quantized.update(result.quantized)
         files.add_read(read)
     return merged
+
+
+def run_isolated(function: Callable[..., T], args: tuple, file: str, doing: str, timeout: float | None,
+                 debug: bool = False, preload: str = "precaudit.audit_models") -> T:
+    """function(*args) in a worker of its own, forked from the server -j's workers come from (preload: the module it
+    imports once), and its result. What the worker raises comes back as one InputError for file, as does a worker
+    that dies without a result or runs past timeout seconds (None: no limit; it is killed, with whatever it
+    forked); doing says what it ran. The worker's stdout is its stderr: what the user's code prints never reaches
+    the report. The files it read are added to this run's (-o refuses each)."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    context = _context(preload)
+    receive, send = context.Pipe(duplex=False)
+    # this process's folder, import path and multiprocessing start method, not the server's (it started once, maybe
+    # elsewhere; its start method would register every lock the user's code makes, tqdm's in torch.fx too, with a
+    # tracker that prints a warning for each one a killed worker leaves)
+    start_method = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+    here = (os.getcwd(), list(sys.path), start_method)  # (the first start method is the platform's default)
+    worker = context.Process(target=_isolated, args=(send, function, args, file, debug, here), daemon=True)
+    worker.start()
+    send.close()  # the worker holds the only writing end: its death is an end of file here
+    grace = 0.0
+    try:
+        if not wait([receive, worker.sentinel], timeout):
+            raise InputError(file, f"{doing} stopped after {timeout:g} s (--timeout; 0 for no limit)")
+        try:
+            done, value, read = receive.recv() if receive.poll() else _died(worker, file, doing)
+        except EOFError:
+            done, value, read = _died(worker, file, doing)
+        grace = 5.0  # a worker that gave its result ends by itself, its exit handlers run
+    finally:
+        _end(worker, grace)
+        receive.close()
+    files.add_read(read)
+    if not done:
+        raise value
+    return value
+
+
+def _isolated(send, function: Callable, args: tuple, file: str, debug: bool, here: tuple[str, list[str], str]
+              ) -> None:
+    import multiprocessing
+
+    os.setpgid(0, 0)  # a process group of its own: what the user's code forks is killed with it (_end)
+    os.dup2(2, 1)  # print() and native code writing to fd 1 alike land on stderr: stdout is the report's
+    cwd, sys.path[:], start_method = here
+    os.chdir(cwd)
+    multiprocessing.set_start_method(start_method, force=True)
+    _quiet_worker(debug)
+    files.start_run()
+    pid = os.getpid()
+    try:
+        outcome: tuple[bool, Any] = (True, function(*args))
+    except InputError as exc:
+        outcome = (False, exc)
+    except (Exception, SystemExit) as exc:  # as audit_models says an unexpected failure: that model's error
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        outcome = (False, _internal_error(file, exc))
+    if os.getpid() != pid:
+        os._exit(0)  # a copy of this process the user's code forked: the worker reports, once
+    files.note_imported()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    send.send((*outcome, files.read_so_far()))
+
+
+def _died(worker, file: str, doing: str) -> tuple[bool, Any, list]:
+    """(False, the error, no files read): what a worker that ended without a result gives."""
+    worker.join()
+    code = worker.exitcode
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown"
+        ended = f"was killed by signal {-code} ({name})"
+    else:
+        ended = f"exited with code {code}"
+    return False, InputError(file, f"the process {doing} {ended} before it gave a result (os._exit or a signal in "
+                                   "the user's code, or a crash in native code)"), []
+
+
+def _end(worker, grace: float) -> None:
+    """After grace seconds, the worker and every process in its group killed, where still running; the worker
+    reaped."""
+    worker.join(grace)
+    for kill in (lambda: os.killpg(worker.pid, signal.SIGKILL), worker.kill):
+        try:
+            kill()
+        except (ProcessLookupError, PermissionError):
+            pass  # ended already, or (killpg) killed before it made its group: worker.kill() reaches it
+    worker.join()

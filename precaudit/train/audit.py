@@ -5,19 +5,30 @@
 from __future__ import annotations
 
 import copy
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError
 from ..pipeline import exit_code_of
 from ..result import AuditResult
-from .regimes import regime_named
+from .regimes import REGIMES, regime_named
 
-__all__ = ["TrainOptions", "run_train_audit"]
+__all__ = ["TrainOptions", "run_train_audit", "MAX_STEPS"]
+
+# The audit is about the first steps of a run (the loss scale, the first inf/NaN, updates that do not land), and
+# each step is several forward and backward passes, the regime's emulated op by op (GPT-2 small: some 25 s); more
+# steps than this is a training run, or a typo, and would run for days.
+MAX_STEPS = 1000
+# torch.manual_seed takes 64 bits and the step seeds with seed + step: below 2**63, every seed + step fits.
+SEED_LIMIT = 2 ** 63
 
 
 @dataclass
 class TrainOptions:
+    """What `precaudit train` and precaudit.train_audit() take; validate() checks it before anything runs."""
+
     regime: str = "amp-fp16"
     trace: bool = False
     steps: int = 1
@@ -31,30 +42,79 @@ class TrainOptions:
     fail_on: str = "error"
     baseline: str | None = None
     preview: bool = False
+    timeout: float = 1800.0  # --timeout: seconds the factory's import, call and step may take; 0: no limit
+
+    def validate(self) -> None:
+        """One InputError for the first option that cannot work, named as the command line spells it (--lr for the
+        API's lr); numbers from the API (numpy's too) become plain int and float."""
+        if not isinstance(self.regime, str) or self.regime not in REGIMES:
+            raise InputError(None, f"--regime: unknown regime {_shown(self.regime)}; choose from {', '.join(REGIMES)}")
+        self.steps = _whole("--steps", self.steps, 1, MAX_STEPS)
+        self.seed = _whole("--seed", self.seed, 0, SEED_LIMIT - 1, "2**63 - 1")
+        if self.lr is not None:
+            self.lr = _positive("--lr", self.lr)
+        if self.loss_scale is not None:
+            self.loss_scale = _positive("--loss-scale", self.loss_scale)
+        if not (_real(self.timeout) and math.isfinite(self.timeout) and self.timeout >= 0):
+            raise InputError(None, f"--timeout must be a finite number of seconds, 0 or more (0: no limit), not "
+                                   f"{_shown(self.timeout)}")
+        self.timeout = float(self.timeout)
+
+
+def _real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _shown(value: Any) -> str:
+    """The value as the message quotes it: a number as written, a string quoted, anything else by its type."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        return repr(float(value))
+    return repr(value[:40]) if isinstance(value, str) else f"a {type(value).__name__}"
+
+
+def _whole(option: str, value: Any, low: int, high: int, high_shown: str | None = None) -> int:
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and low <= int(value) <= high:
+        return int(value)
+    raise InputError(None, f"{option} must be a whole number from {low} to {high_shown or high}, not {_shown(value)}")
+
+
+def _positive(option: str, value: Any) -> float:
+    if _real(value) and math.isfinite(value) and value > 0:
+        return float(value)
+    raise InputError(None, f"{option} must be a finite number above 0, not {_shown(value)}")
 
 
 def run_train_audit(spec: str, options: TrainOptions, made: Any = None, debug: bool = False):
-    """The Outcome of auditing one training factory (or, from the API, what a factory would have returned)."""
+    """The Outcome of auditing one training factory (or, from the API, what a factory would have returned).
+
+    A factory spec is imported, called and stepped in a worker process with options.timeout: what it prints goes
+    to stderr, and an exit, a fork, a crash or a hang in it is one error. Objects (made) run here, in the caller's
+    process, without a time limit: they are the caller's own, already running, and would have to be pickled."""
     from ..report.locations import repo_root
     from ..report.outcome import Outcome
     from ..rules.loader import load_rules
     from ..selection import active_rules, check_selectors
 
-    try:
-        regime = regime_named(options.regime)
-    except KeyError as exc:
-        raise InputError(None, f"--regime: {exc.args[0]}") from None
-    if options.steps < 1:
-        raise InputError(None, f"--steps must be at least 1, not {options.steps}")
-    if options.loss_scale is not None and not options.loss_scale > 0:
-        raise InputError(None, f"--loss-scale must be a positive number, not {options.loss_scale}")
+    options.validate()
+    regime = regime_named(options.regime)
     all_rules = load_rules(options.rules)
     for name in ("select", "ignore"):
         check_selectors(getattr(options, name), all_rules, None, f"--{name}")
     rules = active_rules(all_rules, options.select, options.ignore, options.preview)
     result = AuditResult()
     try:
-        findings, gradients = _audit(spec, regime, options, rules, made)
+        if made is None:  # the user's code runs in a worker of its own (parallel.run_isolated says why)
+            from ..parallel import run_isolated
+
+            findings, gradients = run_isolated(_audit, (spec, regime, options, rules, None), spec,
+                                               "running the factory and its step", options.timeout or None, debug,
+                                               preload="precaudit.train.step")
+        else:
+            findings, gradients = _audit(spec, regime, options, rules, made)
         result.findings = findings
         if gradients is not None:
             result.gradients[spec] = gradients

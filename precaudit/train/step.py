@@ -111,6 +111,8 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
             loss.backward()
         if step == 0:
             result.loss_ref = float(loss.detach())
+            if not math.isfinite(result.loss_ref):
+                raise _loss_not_finite(setup.spec, result.loss_ref)
             ref_grads = {n: None if p.grad is None else p.grad.detach().clone() for n, p in ref_named}
             if all(g is None for g in ref_grads.values()):
                 raise InputError(setup.spec, "the loss does not depend on any parameter: no gradient reaches the "
@@ -183,6 +185,14 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
     if regime.low == "fp16":
         result.window = _window(ref_grads, result.backward_low_max, low)
     return result
+
+
+def _loss_not_finite(spec: str, loss: float) -> InputError:
+    """An input error, not a finding: float32 makes it, before any low precision, and with no finite float32 step
+    there is nothing to measure the regime against (every comparison would be NaN, and the run would look clean)."""
+    return InputError(spec, f"the loss is {loss} in float32, before any low precision (the float32 reference step "
+                            "on the factory's batch): the audit compares the regime with a finite float32 step; fix "
+                            "the model or loss_fn first")
 
 
 def reference_events(setup: TrainSetup, seed: int) -> set:
