@@ -252,8 +252,8 @@ Range = Annotated[Many, typer.Option("--range", metavar="NAME=LO:HI",
                                           "-32768:32767).")]
 Seed = Annotated[int, typer.Option("--seed", min=0, help="Seed for synthesized inputs.")]
 Timeout = Annotated[float, typer.Option("--timeout", min=0, metavar="SECONDS",
-                                        help="Traced: stop a model's run after this long (default 1800; 0: no "
-                                             "limit).")]
+                                        help="Stop a model's traced run, or a model.py:factory's, after this long "
+                                             "(default 1800; 0: no limit).")]
 Engine = Annotated[str, typer.Option("--trace-engine", metavar="auto|onnxruntime|numpy",
                                      help="What runs the ops (auto: onnxruntime where installed).")]
 InputShape = Annotated[Many, typer.Option("--input-shape", metavar="D0,D1,...",

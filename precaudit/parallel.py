@@ -36,11 +36,24 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def audit_in_parallel(paths: list[str], jobs: int, debug: bool = False, **kwargs: Any) -> AuditResult:
-    """audit_models(paths, **kwargs), with up to `jobs` models at a time in worker processes."""
+def audit_in_parallel(paths: list[str], jobs: int, debug: bool = False, timeout: float | None = None,
+                      **kwargs: Any) -> AuditResult:
+    """audit_models(paths, **kwargs), with up to `jobs` models at a time in worker processes. One at a time, a model
+    whose own code runs (a model.py:factory) is audited in a worker of its own all the same, stopped after timeout
+    seconds (None: no limit): its os._exit, fork, print or endless loop cannot end or hang the run without a report,
+    report twice or write into the report."""
     kwargs = {**kwargs, "debug": debug}
     if jobs <= 1 or len(paths) <= 1:
-        return audit_models(paths, **kwargs)
+        if not any(_runs_code(p) for p in paths):
+            return audit_models(paths, **kwargs)
+        return _merged([_isolated_audit(p, kwargs, timeout) if _runs_code(p) else (audit_models([p], **kwargs), [])
+                        for p in paths])
+    if any(_runs_code(p) for p in paths):  # each model in a worker of its own, which a time limit may end alone
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(jobs, len(paths))) as threads:
+            return _merged(list(threads.map(
+                lambda p: _isolated_audit(p, kwargs, timeout if _runs_code(p) else None), paths)))
     per_model: list[tuple[AuditResult, list] | None] = [None] * len(paths)
     broken = _run_pool(paths, range(len(paths)), min(jobs, len(paths)), debug, kwargs, per_model)
     for i in broken:  # alone now: a worker that dies again died of this model
@@ -79,8 +92,31 @@ def _context(preload: str):
 
 
 def _quiet_worker(debug: bool) -> None:
+    os.dup2(2, 1)  # what a model's code prints (print() and native code alike) goes to stderr: stdout is the report's
     if not debug:  # the parent silences library warnings the same way (cli.main)
         warnings.simplefilter("ignore")
+
+
+def _runs_code(path: str) -> bool:
+    """A model.py:factory or package.module:factory: importing and calling it runs the model's own code (a module the
+    API registered is the caller's object, already running in this process)."""
+    from .frontends.torch_input import factory_spec
+
+    return factory_spec(path) is not None
+
+
+def _isolated_audit(path: str, kwargs: dict, timeout: float | None) -> tuple[AuditResult, list]:
+    """One model audited by run_isolated; what stops it (an exit, a crash, the time limit) is that model's error."""
+    from .frontends.torch_input import check_torch_installed
+
+    try:
+        if _runs_code(path):
+            check_torch_installed(path)
+        result, _ = run_isolated(_audit_one, (path, kwargs), path, "auditing it", timeout, kwargs.get("debug", False),
+                                 preload="precaudit.audit_models")
+    except InputError as exc:
+        return AuditResult(errors=[exc]), []
+    return result, []
 
 
 def _audit_one(path: str, kwargs: dict) -> tuple[AuditResult, list]:

@@ -25,7 +25,7 @@ def run_audit(audit: Audit, models: list[str], write_to: str | None = None, exit
     from .result import AuditResult
 
     settings = audit.settings
-    result = audit_in_parallel(models, jobs, debug, deployment=audit.deployment, rules=audit.rules,
+    result = audit_in_parallel(models, jobs, debug, audit.inputs.timeout, deployment=audit.deployment, rules=audit.rules,
                                torch_options=audit.torch, trace=audit.trace, check_weights=settings.check_weights,
                                dtype_maps=settings.format == "html", dims=audit.dims, strict_dims=len(models) == 1)
     kept = audit.ignored(result.findings)

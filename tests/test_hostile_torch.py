@@ -468,3 +468,42 @@ def test_importing_a_factory_writes_nothing_into_its_folder(tmp_path):
     before = sorted(p.name for p in tmp_path.iterdir())
     assert main([f"{source}:make"]) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+# ---- a factory's code runs in a worker of its own, one model or several ------------------------------------
+
+
+@pytest.mark.parametrize("body, says", [
+    ("import os\n\ndef make():\n    os._exit(0)\n", "the process auditing it exited with code 0 before it gave a result"),
+    ("import os, signal\n\ndef make():\n    os.kill(os.getpid(), signal.SIGKILL)\n",
+     "the process auditing it was killed by signal 9 (SIGKILL) before it gave a result"),
+    ("import time\n\ndef make():\n    time.sleep(120)\n", "auditing it stopped after 3 s (--timeout; 0 for no limit)"),
+], ids=["os-exit-0", "sigkill", "sleeps"])
+def test_a_factory_that_ends_or_hangs_the_process_is_that_models_error(body, says, tmp_path):
+    """Alone on the command line too (no -j): os._exit(0) gave exit 0 and no report before; a model beside it is
+    still audited and reported."""
+    bad = factory_module(tmp_path, body)
+    good = model_file(tmp_path / "good", GOOD)
+    code, out, err, _ = run_cli_process([f"{bad}:make", "--timeout", "3"], tmp_path, timeout=60)
+    assert code == 2 and out.splitlines()[-1].endswith("1 model could not be audited.")
+    one_error_line(err, f"precaudit: {bad}:make: {says}")
+    # (a legit factory's worker imports torch and exports the module: more than 3 s on a busy machine)
+    code, out, err, _ = run_cli_process([f"{bad}:make", f"{good}:make", "--timeout", "20", "-f", "json"], tmp_path,
+                                        timeout=90)
+    assert code == 2 and json.loads(out)["models"] == [f"{good}:make"]
+
+
+def test_what_a_factory_prints_goes_to_stderr_never_into_the_report(tmp_path):
+    path = factory_module(tmp_path, """
+        import os
+
+        def make():
+            print("from print")
+            os.write(1, b"from fd 1\\n")
+            return torch.nn.Linear(4, 4), (torch.randn(2, 4),)
+    """)
+    for jobs in ("1", "2"):
+        code, out, err, _ = run_cli_process([f"{path}:make", f"{path}:make", "-f", "json", "-j", jobs], tmp_path,
+                                            timeout=120)
+        assert code == 0 and json.loads(out)["models"] == [f"{path}:make"] * 2
+        assert err.count("from print") == 2 and err.count("from fd 1") == 2

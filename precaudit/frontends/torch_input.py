@@ -12,7 +12,7 @@ from ..errors import InputError
 from ..ir import Graph
 from ..options import TorchOptions
 
-__all__ = ["is_torch_input", "load_torch", "load_torch_for_trace", "torch_input_files", "register_module",
+__all__ = ["check_torch_installed", "is_torch_input", "load_torch", "load_torch_for_trace", "torch_input_files", "register_module",
            "unregister_module", "registered", "factory_spec", "check_importable"]
 
 _FACTORY = re.compile(r"^(?P<target>[^:]+\.py|[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_]\w*)\Z")
@@ -150,3 +150,15 @@ def _require_torch(spec: str) -> None:
         import torch  # noqa: F401
     except ImportError:
         raise InputError(spec, "auditing a PyTorch model needs torch: pip install 'precaudit[torch]'") from None
+
+
+def check_torch_installed(spec: str) -> None:
+    """_require_torch without importing torch (seconds), for a model audited in a worker: said here, in one line."""
+    import importlib.util
+
+    try:
+        found = sys.modules.get("torch", True) is not None and importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise InputError(spec, "auditing a PyTorch model needs torch: pip install 'precaudit[torch]'")
