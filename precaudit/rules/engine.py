@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, NamedTuple
 
-from ..analysis.sites import Site
+from ..analysis.sites.base import Site
 from ..finding import Finding
 from .condition import ConditionError, render
 from .loader import Rule

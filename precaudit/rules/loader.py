@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from ..analysis.pattern import OpP, PatternError, compile_pattern, pattern_names, root_ops
-from ..analysis.sites import FACT_NAMES, PATTERN_FACTS
+from ..analysis.sites.base import FACT_NAMES, PATTERN_FACTS
 from ..errors import InputError
 from ..files import MiB, read_text
 from ..finding import SEVERITIES
