@@ -218,7 +218,7 @@ class _as_paths:
             name = model.graph.name or "model"
             return [path], {path: f"<onnx.ModelProto {name}>"}
         if _is_module(model):
-            from .frontends.torch_input import register_module
+            from .frontends.torch_objects import register_module
 
             if self.example_inputs is None:
                 raise InputError(None, "auditing an nn.Module needs example_inputs= (a tensor or a tuple of them)")
@@ -231,7 +231,7 @@ class _as_paths:
         if self._folder is not None:
             self._folder.cleanup()
         if self._registered is not None:
-            from .frontends.torch_input import unregister_module
+            from .frontends.torch_objects import unregister_module
             unregister_module(self._registered)
 
 
