@@ -6,7 +6,8 @@ from typing import Any, Iterable, NamedTuple
 
 from ..analysis.sites.base import Site
 from ..finding import Finding
-from .condition import ConditionError, render
+from .condition import ConditionError
+from .template import render
 from .loader import Rule
 
 __all__ = ["apply_rules", "match_rules", "holds", "Match"]
