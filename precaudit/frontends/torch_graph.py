@@ -35,7 +35,8 @@ from ..files import check_regular, note_read, open_regular
 from ..ir import Graph
 from ..options import TorchOptions
 from .aten_lowering import lower_exported_program
-from .autocast import DEVICES, cast_explicitly, note_export, plan_autocast, preserve_casts
+from .autocast import DEVICES, plan_autocast, preserve_casts
+from .autocast_export import cast_explicitly, note_export
 from .pt2_guard import archive_guard, no_compiled_code, pt2_package
 from .torch_objects import registered
 from .user_code import described, first_line, user_code
