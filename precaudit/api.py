@@ -295,7 +295,7 @@ class _as_paths:
                 fh.write(model.SerializeToString())
             name = model.graph.name or "model"
             return [path], {path: f"<onnx.ModelProto {name}>"}
-        from .frontends.torch_input import register_module
+        from .frontends.torch_objects import register_module
 
         self._registered = register_module(model, self.example_inputs)
         return [self._registered], {self._registered: f"<{type(model).__name__}>"}
@@ -304,7 +304,7 @@ class _as_paths:
         if self._folder is not None:
             self._folder.cleanup()
         if self._registered is not None:
-            from .frontends.torch_input import unregister_module
+            from .frontends.torch_objects import unregister_module
             unregister_module(self._registered)
 
 

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Callable
 from .analysis.compute_dtype import DtypeResolver
 from .analysis.collect import collect_sites
 from .analysis.quantized import quantization
-from .analysis.sites import Site, find_weight_sites
+from .analysis.sites.base import Site
+from .analysis.sites.weight import find_weight_sites
 from .deployment import Deployment
 from .errors import InputError
 from .finding import Finding

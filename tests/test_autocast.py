@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from precaudit.cli import main  # noqa: E402
-from precaudit.frontends.autocast import POLICY, POLICY_TORCH, registered_ops  # noqa: E402
+from precaudit.frontends.autocast_policy import POLICY, POLICY_TORCH, registered_ops  # noqa: E402
 from precaudit.options import TorchOptions  # noqa: E402
 from tests.helpers import run_json  # noqa: E402
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from precaudit.rules.condition import ConditionError, parse_condition, render
+from precaudit.rules.condition import ConditionError, parse_condition
+from precaudit.rules.template import render
 
 
 @pytest.mark.parametrize("text,env,expected", [

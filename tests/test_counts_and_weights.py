@@ -114,7 +114,8 @@ def test_a_tensor_every_layer_adds_before_its_softmax_is_read_once(tmp_path):
     add to their scores: whether it is a mask fill is worked out once, not at each reader, and the weight checks
     then read it once more, for its numbers."""
     from precaudit.analysis.compute_dtype import DtypeResolver
-    from precaudit.analysis.sites import find_constant_sites, find_weight_sites
+    from precaudit.analysis.sites.constant import find_constant_sites
+    from precaudit.analysis.sites.weight import find_weight_sites
     from precaudit.dtypes import FORMATS
     from precaudit.frontends.onnx import load_onnx
 

@@ -23,7 +23,8 @@ import pytest
 
 from precaudit.cli import main
 from precaudit.rules import loader
-from precaudit.rules.condition import ConditionError, parse_condition, render
+from precaudit.rules.condition import ConditionError, parse_condition
+from precaudit.rules.template import render
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = str(ROOT / "examples" / "tiny_block_fp16.onnx")

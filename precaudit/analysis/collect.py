@@ -7,7 +7,15 @@ from .compute_dtype import DtypeResolver
 from .decomposed import find_decomposed_norms
 from .pattern import OpP
 from .signs import SignAnalysis
-from .sites import Site, find_constant_sites, find_pattern_sites, find_sites
+from .sites.angle import angle_site
+from .sites.base import OP_SITES, Site
+from .sites.constant import find_constant_sites
+from .sites.guard import guard_site
+from .sites.integer_float import integer_site
+from .sites.norm import find_norm_sites
+from .sites.ops import op_site
+from .sites.pattern import find_pattern_sites
+from .sites.reduction import REDUCTIONS, reduction_site
 
 __all__ = ["collect_sites"]
 
@@ -15,7 +23,7 @@ __all__ = ["collect_sites"]
 def collect_sites(graph: Graph, resolver: DtypeResolver, patterns: dict[str, OpP]) -> list[Site]:
     """Sites in graph order; patterns maps a rule id to the op pattern that makes its sites."""
     chains = find_decomposed_norms(graph, resolver)
-    sites = find_sites(graph, resolver, SignAnalysis(resolver))
+    sites = _find_sites(graph, resolver, SignAnalysis(resolver))
     for site in sites:
         if site.kind != "norm":
             # a division or sqrt that a recognized norm chain accounts for is judged by the norm rules
@@ -30,3 +38,34 @@ def collect_sites(graph: Graph, resolver: DtypeResolver, patterns: dict[str, OpP
         sites += find_pattern_sites(graph, resolver, rule_id, pattern)
     order = {id(node): i for i, node in enumerate(graph.nodes)}
     return sorted(sites, key=lambda s: order[id(s.node)])
+
+
+def _find_sites(graph: Graph, resolver: DtypeResolver, signs: SignAnalysis) -> list[Site]:
+    """Every fused-norm, single-op and reduction site of the graph, in graph order."""
+    sites = {id(site.node): site for site in find_norm_sites(graph, resolver)}
+    reductions = []
+    guards: dict[int, Site] = {}
+    for node in graph.nodes:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type in OP_SITES:
+            site = op_site(node, resolver, signs)
+            if site is not None:
+                sites[id(node)] = site
+            guard = guard_site(node, resolver, signs)
+            if guard is not None and id(guard.node) not in guards:
+                guards[id(guard.node)] = guard
+        elif node.op_type in ("Sin", "Cos"):
+            site = angle_site(node, resolver)
+            if site is not None:
+                reductions.append(site)
+        elif node.op_type in REDUCTIONS:
+            site = reduction_site(node, resolver)
+            if site is not None:
+                reductions.append(site)
+        if node.op_type in ("Range", "CumSum", "Cast"):
+            site = integer_site(node, resolver)
+            if site is not None:
+                reductions.append(site)
+    order = {id(node): i for i, node in enumerate(graph.nodes)}
+    return sorted([*sites.values(), *reductions, *guards.values()], key=lambda s: order[id(s.node)])

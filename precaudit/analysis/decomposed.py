@@ -21,7 +21,9 @@ from ..ir import Graph, Node, Value
 from .canonical import SHAPE_ONLY, Reduction, clamped_difference, is_centred, producer, reduction, square_base
 from .compute_dtype import ComputeDtype, DtypeResolver
 from .constants import ScalarConst, resolve_scalar
-from .sites import Site, dtype_facts, eps_facts, scalar_of
+from .sites.base import Site
+from .sites.facts import dtype_facts, eps_facts
+from .sites.walks import scalar_of
 
 __all__ = ["narrower", "ChainScan", "find_decomposed_norms"]
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from ..ir import Node, Value
 from .canonical import producer, through_shape
 from .constants import resolve_scalar
+from .sites.reduction import reduction_length
 
 __all__ = ["IntegerSource", "integer_source", "angle_source", "Angle"]
 
@@ -86,8 +87,6 @@ def _all_ones(value: Value | None) -> bool:
 
 
 def _length(cumsum: Node) -> float | None:
-    from .sites import reduction_length
-
     length, _ = reduction_length(cumsum)
     return float(length) if length else None
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..analysis.canonical import SHAPE_ONLY
 from ..analysis.constants import resolve_scalar, skip_casts
-from ..analysis.sites import scalar_of
+from ..analysis.sites.walks import scalar_of
 from ..dtypes import FORMATS
 from ..ir import Node, Value
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis.constants import resolve_fill, resolve_scalar
-from ..analysis.sites import softmax_after
+from ..analysis.sites.walks import softmax_after
 from ..escape import printable
 from .common import const_shape, constant_producers, float_dtype, stored_array
 from .plan import Check, Context, Group, Repair

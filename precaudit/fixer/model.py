@@ -76,7 +76,7 @@ class Editable:
     # ---- where things are ------------------------------------------------------------------------------------
 
     def _map(self, graph: Graph) -> None:
-        """Walk the proto as frontends.onnx._Builder.build did, pairing each IR node with its NodeProto."""
+        """Walk the proto as frontends.onnx_builder._Builder.build did, pairing each IR node with its NodeProto."""
         ir = iter(graph.nodes)
         stack = [(self.model.graph, iter(self.model.graph.node), "")]
         while stack:

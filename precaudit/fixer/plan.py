@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 
 from ..analysis.compute_dtype import DtypeResolver
-from ..analysis.sites import Site
+from ..analysis.sites.base import Site
 from ..dtypes import Format
 from ..ir import Graph, Node, Value
 from ..keeplist.chains import NormChains

@@ -7,7 +7,7 @@ from typing import Callable
 
 from ..audit_models import static_matches
 from ..analysis.compute_dtype import DtypeResolver
-from ..analysis.sites import Site
+from ..analysis.sites.base import Site
 from ..finding import Finding
 from ..ir import Graph
 from ..rules.loader import Rule

@@ -13,8 +13,9 @@ autocast device, with autocast switched on, so torch's compiled-in kernels cast 
 CUDA tensor runs the AutocastCUDA kernels on a CPU-only build. Each registered op's policy is told from how it
 treats all-float32 and all-float16 versions of its own inputs, and said in the value's dtype note.
 
-`POLICY` keeps the lists of the torch version this was written against, by policy; tests/test_autocast.py
-fails when the installed torch's registrations differ from it (a torch upgrade that changes autocast).
+autocast_policy.POLICY keeps the lists of the torch version this was written against, by policy;
+tests/test_autocast.py fails when the installed torch's registrations differ from it (a torch upgrade that changes
+autocast). Traced mode's program with the casts written in: autocast_export.py.
 
 Regions: `with torch.autocast(device, enabled=False)` (or another dtype) inside forward() is recorded by
 torch.export as a `wrap_with_autocast` higher-order op whose body runs with that state here too; explicit
@@ -33,85 +34,13 @@ import torch.utils._pytree as pytree
 
 from ..dtypes import FORMATS
 from ..errors import InputError
+from .autocast_policy import policy_of, registered_ops
 
-__all__ = ["DEVICES", "POLICY", "POLICY_TORCH", "AutocastPlan", "OpDtype", "plan_autocast", "registered_ops",
-           "policy_of", "preserve_casts", "region", "cast_explicitly", "note_export"]
+__all__ = ["DEVICES", "TORCH_DTYPES", "AutocastPlan", "OpDtype", "plan_autocast", "preserve_casts", "region"]
 
 DEVICES = ("cuda", "cpu")
 _LOW = {"fp16": torch.float16, "bf16": torch.bfloat16}
 _NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.float64: "fp64"}
-_KEYS = {"cuda": "AutocastCUDA", "cpu": "AutocastCPU"}
-
-# torch 2.13's autocast lists by policy (aten/src/ATen/autocast_mode.cpp, as the dispatcher registers them);
-# tests/test_autocast.py compares them with the installed torch.
-POLICY_TORCH = "2.13"
-POLICY: dict[str, dict[str, tuple[str, ...]]] = {
-    "cuda": {
-        "lower_precision_fp": (
-            "_convolution", "_convolution.deprecated", "_scaled_dot_product_flash_attention",
-            "_thnn_fused_gru_cell", "_thnn_fused_lstm_cell", "addbmm", "addmm", "addmv", "addr", "baddbmm", "bmm",
-            "chain_matmul", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d", "conv_transpose2d.input",
-            "conv_transpose3d.input", "convolution", "cudnn_convolution", "cudnn_convolution_transpose", "einsum",
-            "gru_cell", "linalg_multi_dot", "linalg_vecdot", "linear", "lstm_cell", "matmul", "mm", "mv", "prelu",
-            "rnn_relu_cell", "rnn_tanh_cell", "scaled_dot_product_attention"),
-        "fp32": (
-            "_upsample_bicubic2d_aa", "_upsample_bilinear2d_aa", "_upsample_nearest_exact1d",
-            "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "acos", "asin", "binary_cross_entropy_with_logits",
-            "cdist", "cosh", "cosine_embedding_loss", "cosine_similarity", "dist", "erfinv", "exp", "expm1",
-            "frobenius_norm.dim", "group_norm", "hinge_embedding_loss", "huber_loss", "kl_div", "l1_loss", "layer_norm",
-            "log", "log10", "log1p", "log2", "logsumexp", "margin_ranking_loss", "mse_loss", "multi_margin_loss",
-            "multilabel_margin_loss", "native_layer_norm", "nll_loss", "nll_loss2d", "nuclear_norm", "nuclear_norm.dim",
-            "pdist", "poisson_nll_loss", "pow.Scalar", "pow.Tensor_Scalar", "pow.Tensor_Tensor", "reciprocal",
-            "renorm", "rms_norm", "rsqrt", "sinh", "smooth_l1_loss", "soft_margin_loss", "softplus", "tan",
-            "triplet_margin_loss", "upsample_bicubic2d", "upsample_bilinear2d", "upsample_linear1d",
-            "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_trilinear3d"),
-        "fp32_set_opt_dtype": (
-            "cumprod", "cumsum", "linalg_matrix_norm", "linalg_matrix_norm.str_ord", "linalg_vector_norm",
-            "log_softmax.int", "prod", "prod.dim_int", "softmax.int", "sum", "sum.dim_IntList"),
-        "fp32_append_dtype": ("norm.Scalar", "norm.ScalarOpt_dim"),
-        "promote": ("addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "grid_sampler", "index_put",
-                    "scatter_add", "tensordot", "vdot"),
-        "banned": ("binary_cross_entropy",),
-    },
-    "cpu": {
-        "lower_precision_fp": (
-            "_addmm_activation", "_convolution.deprecated", "_native_multi_head_attention", "addbmm", "addmm",
-            "baddbmm", "bmm", "conv1d", "conv1d.padding", "conv2d", "conv2d.padding", "conv3d", "conv3d.padding",
-            "conv_tbc", "conv_transpose1d", "conv_transpose2d.input", "conv_transpose3d.input", "linalg_vecdot",
-            "linear", "matmul", "mkldnn_rnn_layer", "mm", "prelu", "scaled_dot_product_attention"),
-        "fp32": (
-            "_grid_sampler_2d_cpu_fallback", "_lu_with_info", "adaptive_avg_pool3d", "adaptive_max_pool3d",
-            "avg_pool3d", "binary_cross_entropy", "binary_cross_entropy_with_logits", "cdist", "cholesky",
-            "cholesky_inverse", "cholesky_solve", "cosine_embedding_loss", "cross_entropy_loss", "ctc_loss.IntList",
-            "ctc_loss.Tensor", "fake_quantize_per_tensor_affine", "fft_fft", "fft_fft2", "fft_fftn", "fft_hfft",
-            "fft_ifft", "fft_ifft2", "fft_ifftn", "fft_ihfft", "fft_irfft", "fft_irfft2", "fft_irfftn", "fft_rfft",
-            "fft_rfft2", "fft_rfftn", "fractional_max_pool2d", "fractional_max_pool3d", "geqrf", "grid_sampler",
-            "grid_sampler_2d", "grid_sampler_3d", "hinge_embedding_loss", "huber_loss", "inverse", "kl_div", "l1_loss",
-            "linalg_cholesky", "linalg_cholesky_ex", "linalg_cond", "linalg_cond.p_str", "linalg_eig", "linalg_eigh",
-            "linalg_eigvals", "linalg_eigvalsh", "linalg_householder_product", "linalg_inv", "linalg_inv_ex",
-            "linalg_lstsq", "linalg_matrix_rank", "linalg_matrix_rank.atol_rtol_float",
-            "linalg_matrix_rank.atol_rtol_tensor", "linalg_matrix_rank.tol_tensor", "linalg_qr", "linalg_solve",
-            "linalg_svd", "linalg_svdvals", "linalg_tensorinv", "linalg_tensorsolve", "lu_solve",
-            "margin_ranking_loss", "max_pool3d", "max_unpool2d", "max_unpool3d", "mse_loss", "multi_margin_loss",
-            "multilabel_margin_loss", "multilabel_margin_loss_forward", "nanquantile", "nanquantile.scalar", "nll_loss",
-            "nll_loss2d", "orgqr", "ormqr", "pinverse", "poisson_nll_loss", "polar", "qr", "quantile",
-            "quantile.scalar", "reflection_pad1d", "reflection_pad2d", "replication_pad1d", "replication_pad2d",
-            "replication_pad3d", "smooth_l1_loss", "soft_margin_loss", "stft", "stft.center", "svd", "trace",
-            "triangular_solve", "triplet_margin_loss", "view_as_complex"),
-        "fp32_set_opt_dtype": ("prod", "prod.dim_int"),
-        "promote": ("cat", "index_copy", "stack"),
-    },
-}
-
-
-def registered_ops(device: str) -> frozenset[str]:
-    """The ops torch's autocast handles on this device, as the dispatcher lists them: 'aten::mm', ..."""
-    return frozenset(torch._C._dispatch_get_registrations_for_dispatch_key(_KEYS[device]))
-
-
-def policy_of(device: str, op: str) -> str | None:
-    """The tabled policy of an op ('pow.Tensor_Scalar'), or None for an op autocast leaves alone."""
-    return next((policy for policy, ops in POLICY[device].items() if op in ops), None)
 
 
 # ---- capture ----------------------------------------------------------------------------------------------
@@ -450,7 +379,7 @@ class _Replay:
     def _dtype_of(self, fx_node) -> torch.dtype | None:
         known = self.plan.ops.get(id(fx_node)) or self.plan.inputs.get(id(fx_node))
         if known is not None and known.dtypes and known.dtypes[0] is not None:
-            return _TORCH[known.dtypes[0]]
+            return TORCH_DTYPES[known.dtypes[0]]
         val = fx_node.meta.get("val")
         return getattr(val, "dtype", None)
 
@@ -468,7 +397,7 @@ class _Replay:
         return a
 
 
-_TORCH = {v: k for k, v in _NAMES.items()}
+TORCH_DTYPES = {v: k for k, v in _NAMES.items()}  # 'fp16' -> torch.float16, ...
 
 
 def region(node) -> tuple | None:
@@ -483,6 +412,8 @@ def region(node) -> tuple | None:
         _enabled, body, *operands = node.args
         return body, operands, None
     return None
+
+
 _CASTS = {"to.dtype", "to.dtype_layout", "to.device", "to.other", "_to_copy", "type_as"}
 
 
@@ -518,139 +449,3 @@ def _quiet_fake() -> Iterator[None]:
         yield
     finally:
         logger.setLevel(level)
-
-
-# ---- traced mode: the program with autocast's casts written in ------------------------------------------
-
-
-def cast_explicitly(program, plan: AutocastPlan) -> None:
-    """Rewrite the captured float32 program, in place, so that it computes in autocast's dtypes without autocast.
-
-    Traced mode runs the model from its ONNX export, where no autocast exists: each cast autocast (or type
-    promotion) inserts before an op is written in as prims.convert_element_type (the model's own casts are
-    aten._to_copy, so the two stay apart in the export's metadata); autocast regions are inlined (their nodes
-    keep their source lines); dtype assertions, which name the float32 capture's dtypes, are dropped.
-    """
-    module = program.graph_module
-    _inline_regions(module, plan)
-    graph = module.graph
-    for node in list(graph.nodes):
-        if node.op != "call_function":
-            continue
-        if str(node.target).startswith("aten._assert_tensor_metadata"):
-            graph.erase_node(node)
-            continue
-        entry = plan.ops.get(id(node))
-        if entry is None or not entry.casts:
-            continue
-        for source in list(node.all_input_nodes):
-            to = entry.casts.get(id(source))
-            if to is None:
-                continue
-            with graph.inserting_before(node):
-                cast = graph.call_function(torch.ops.prims.convert_element_type.default, (source, _TORCH[to]))
-            cast.meta = {k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack", "torch_fn")}
-            node.replace_input_with(source, cast)
-    graph.lint()
-    module.recompile()
-
-
-def _inline_regions(module, plan: AutocastPlan) -> None:
-    """Replace every wrap_with_autocast node by its body's nodes (copied with their metadata and plan entries)."""
-    graph = module.graph
-    for node in list(graph.nodes):
-        parts = region(node)
-        if parts is None:
-            continue
-        body = getattr(module, parts[0].target)
-        _inline_regions(body, plan)
-        env: dict = {}
-        for ph, arg in zip([n for n in body.graph.nodes if n.op == "placeholder"], parts[1]):
-            env[ph] = arg
-        by_id = {id(n): n for n in body.graph.nodes}
-
-        def outer(key: int) -> int:  # a cast names a body node by id: name its copy (or the outer argument)
-            mapped = env.get(by_id[key]) if key in by_id else None
-            return id(mapped) if isinstance(mapped, torch.fx.Node) else key
-
-        results: list = []
-        with graph.inserting_before(node):
-            for inner in body.graph.nodes:
-                if inner.op in ("placeholder", "get_attr"):
-                    continue
-                if inner.op == "output":
-                    results = [env[a] if isinstance(a, torch.fx.Node) else a for a in inner.args[0]]
-                    continue
-                copy = graph.node_copy(inner, lambda a: env[a])
-                env[inner] = copy
-                if id(inner) in plan.ops:
-                    entry = plan.ops[id(inner)]
-                    plan.ops[id(copy)] = OpDtype(entry.dtypes, entry.note,
-                                                 {outer(k): v for k, v in entry.casts.items()}, entry.cast_note)
-        for user in list(node.users):
-            if user.target is _getitem:
-                user.replace_all_uses_with(results[user.args[1]])
-                graph.erase_node(user)
-        graph.erase_node(node)
-    for node in list(graph.nodes):
-        if node.op == "get_attr" and not node.users:
-            graph.erase_node(node)
-    module.delete_all_unused_submodules()
-    module.recompile()
-
-
-def note_export(graph, targets: dict[str, str], plan: AutocastPlan) -> None:
-    """Say why every float value of the ONNX export (made by cast_explicitly's program) has its dtype.
-
-    targets: ONNX node name -> the ATen op it came from ('linear', 'pow.Tensor_Scalar', 'convert_element_type'
-    for autocast's casts, '_to_copy' for the model's own), from the exporter's metadata. The dtypes are the
-    export's own; the reasons are the policies the replay read from torch for those ops.
-    """
-    label = plan.label
-    for value in graph.inputs:
-        if value.dtype in FORMATS and value.dtype_note is None:
-            value.dtype_note = f"{label} leaves input '{value.name}' in {FORMATS[value.dtype].long_name} " \
-                               "(it casts per op)"
-    consumers: dict[int, list] = {}
-    for node in graph.nodes:
-        for v in node.inputs:
-            if v is not None:
-                consumers.setdefault(id(v), []).append(node)
-    for node in graph.nodes:
-        op = targets.get(node.name, "")
-        for v in node.inputs:
-            if v is not None and v.is_const and v.dtype in FORMATS and v.dtype_note is None:
-                v.dtype_note = f"{label} leaves {v.const_origin or 'the constant'} in {FORMATS[v.dtype].long_name}" \
-                    if v.dtype == "fp32" else f"{label}: {FORMATS[v.dtype].long_name}"
-        for out in node.outputs:
-            if out.dtype not in FORMATS:
-                continue
-            if op == "convert_element_type":  # autocast's cast: it belongs to the op that reads it
-                reader = next((targets.get(c.name) for c in consumers.get(id(out), []) if targets.get(c.name)), "")
-                out.dtype_note = _policy_note(plan, reader, out.dtype) if reader else \
-                    f"{label} casts to {FORMATS[out.dtype].long_name}"
-            elif op in ("_to_copy", "to.dtype", "to.dtype_layout", "type_as"):
-                out.dtype_note = f"the model's own cast to {FORMATS[out.dtype].long_name} at '{node.name}' " \
-                                 f"({label} keeps it)"
-            elif op:
-                out.dtype_note = _policy_note(plan, op, out.dtype)
-            else:
-                like = next((v for v in node.inputs if v is not None and v.dtype == out.dtype and v.dtype_note), None)
-                out.dtype_note = like.dtype_note if like is not None else f"{label}: {FORMATS[out.dtype].long_name}"
-
-
-def _policy_note(plan: AutocastPlan, op: str, dtype: str) -> str:
-    """The reason an op's output has this dtype under autocast, from the policy read for the op."""
-    label, short, long = plan.label, op.split(".")[0], FORMATS[dtype].long_name
-    policy = plan.policies.get(op)
-    if policy == "lower_precision_fp" and dtype == plan.dtype:
-        return f"{label} runs {short} in {long}"
-    if policy == "fp32" and dtype == "fp32":
-        return f"{label} lifts {short} to float32"
-    if policy in ("fp32_set_opt_dtype", "fp32_append_dtype") and dtype == "fp32":
-        return f"{label} runs {short} with a float32 output"
-    if policy == "promote":
-        return f"{label} runs {short} in its widest input type, {long}"
-    if policy is not None:
-        return f"{label} is off here (autocast(enabled=False)): {short} runs in its input's {long}"
-    return f"{short} has no {label} rule: it runs in its input's {long}"

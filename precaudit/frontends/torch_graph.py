@@ -35,8 +35,10 @@ from ..files import check_regular, note_read, open_regular
 from ..ir import Graph
 from ..options import TorchOptions
 from .aten_lowering import lower_exported_program
-from .autocast import DEVICES, cast_explicitly, note_export, plan_autocast, preserve_casts
+from .autocast import DEVICES, plan_autocast, preserve_casts
+from .autocast_export import cast_explicitly, note_export
 from .pt2_guard import archive_guard, no_compiled_code, pt2_package
+from .torch_objects import registered
 from .user_code import described, first_line, user_code
 
 __all__ = ["load_torch_graph", "load_torch_as_onnx"]
@@ -117,7 +119,7 @@ def _factory_model(spec: str, options: TorchOptions) -> Iterator[tuple[nn.Module
     sys.path is restored and the modules imported from that folder are forgotten, so the next model's
     `import layers` finds its own layers.py, not this one's.
     """
-    from .torch_input import check_importable, registered
+    from .torch_input import check_importable
 
     given = registered(spec)
     if given is not None:  # a module the Python API handed over: nothing to import

@@ -11,33 +11,13 @@ from pathlib import Path
 from ..errors import InputError
 from ..ir import Graph
 from ..options import TorchOptions
+from .torch_objects import REGISTERED as _REGISTERED
 
-__all__ = ["check_torch_installed", "is_torch_input", "load_torch", "load_torch_for_trace", "torch_input_files", "register_module",
-           "unregister_module", "registered", "factory_spec", "check_importable"]
+__all__ = ["check_torch_installed", "is_torch_input", "load_torch", "load_torch_for_trace", "torch_input_files",
+           "factory_spec", "check_importable"]
 
 _FACTORY = re.compile(r"^(?P<target>[^:]+\.py|[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_]\w*)\Z")
 _FILES = (".pt2", ".pt", ".pth", ".ts")
-
-
-# modules the Python API hands over as objects (precaudit.audit(module, example_inputs=...)), by the name they run
-# under: "<object 1>" is no path and no factory spec, so nothing on disk is read for it
-_REGISTERED: dict[str, tuple] = {}
-
-
-def register_module(module, example_inputs) -> str:
-    """A name the torch frontend loads this module by (with its example inputs), for one audit."""
-    name = f"<object {len(_REGISTERED) + 1}:{id(module):x}>"
-    _REGISTERED[name] = (module, example_inputs if isinstance(example_inputs, tuple) else (example_inputs,))
-    return name
-
-
-def unregister_module(name: str) -> None:
-    _REGISTERED.pop(name, None)
-
-
-def registered(spec: str) -> tuple | None:
-    """(module, example inputs) of a registered module, or None."""
-    return _REGISTERED.get(spec)
 
 
 def is_torch_input(spec: str) -> bool:

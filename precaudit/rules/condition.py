@@ -1,4 +1,4 @@
-"""A small, safe expression language for rule conditions and message templates.
+"""A small, safe expression language for rule conditions.
 
 Conditions are Python-like expressions (`has_eps and eps_rounded == 0`, `eps > max_eps`), parsed with
 `ast` and interpreted over a whitelist of node types. Nothing is ever passed to `eval`: no attribute access,
@@ -12,9 +12,9 @@ cost is bounded, and as much as possible when the rule is loaded rather than whi
 - a string or list made by `*` has at most MAX_SEQUENCE items; `%` never formats a string; `**` computes in
   floats; an integer wider than MAX_INT_BITS is computed as a float (so it overflows to inf instead of growing);
 - every part of a condition that uses no fact (`'x' * 3000000000`) is computed once at load time, so what it
-  would refuse at run time it refuses with the rule's file and line;
-- message templates hold only `{name}` and `{name:spec}` fields, at most MAX_FIELDS of them, with a format
-  spec whose width is at most MAX_WIDTH and precision at most MAX_PRECISION.
+  would refuse at run time it refuses with the rule's file and line.
+
+Message templates are template.py's.
 """
 
 from __future__ import annotations
@@ -23,23 +23,16 @@ import ast
 import math
 import numbers
 import operator
-import re
-from functools import lru_cache
 from typing import Any, Callable, Mapping
 
-__all__ = ["Condition", "ConditionError", "parse_condition", "render", "template_names", "check_template", "kind_of",
-           "MAX_CONDITION_CHARS", "MAX_DEPTH", "MAX_NODES", "MAX_SEQUENCE", "MAX_INT_BITS", "MAX_TEMPLATE_CHARS",
-           "MAX_FIELDS", "MAX_WIDTH", "MAX_PRECISION"]
+__all__ = ["Condition", "ConditionError", "parse_condition", "kind_of", "short", "MAX_CONDITION_CHARS", "MAX_DEPTH",
+           "MAX_NODES", "MAX_SEQUENCE", "MAX_INT_BITS"]
 
 MAX_CONDITION_CHARS = 2000  # the longest shipped condition has 253
 MAX_DEPTH = 50              # nesting of brackets and of the expression tree (the shipped rules reach 8)
 MAX_NODES = 250             # expressions in one condition (the shipped rules have at most 33)
 MAX_SEQUENCE = 1000         # items of a list, or characters of a string, that `*` may make
 MAX_INT_BITS = 1024         # wider integers are computed as floats: they overflow to inf like any float
-MAX_TEMPLATE_CHARS = 4000   # a message or fix (the longest shipped one has 334 characters)
-MAX_FIELDS = 64             # {fields} in one message or fix
-MAX_WIDTH = 100             # the width of a field's format spec, {eps:>12.3g}
-MAX_PRECISION = 50          # and its precision
 
 
 class ConditionError(ValueError):
@@ -139,7 +132,7 @@ def parse_condition(text: str) -> Condition:
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as exc:
-        raise ConditionError(f"condition does not parse at column {exc.offset}: {_short(text)}") from None
+        raise ConditionError(f"condition does not parse at column {exc.offset}: {short(text)}") from None
     except (ValueError, RecursionError, MemoryError, OverflowError) as exc:
         raise ConditionError(f"condition does not parse: {_first_line(exc)}") from None
     _check_shape(tree)
@@ -204,7 +197,7 @@ def _check_node(node: ast.AST) -> None:
             wanted = f"{fewest} argument" if fewest == most else f"at least {fewest} argument"
             raise ConditionError(f"{node.func.id}() takes {wanted}{'s' * (fewest != 1)}, got {len(node.args)}")
     if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float, str, bool, type(None))):
-        raise ConditionError(f"constant {_short(node.value)} is not allowed in a condition")
+        raise ConditionError(f"constant {short(node.value)} is not allowed in a condition")
 
 
 def _fold_constants(node: ast.AST) -> None:
@@ -217,9 +210,9 @@ def _fold_constants(node: ast.AST) -> None:
         except _Undefined:
             pass
         except ConditionError as exc:
-            raise ConditionError(f"condition {_short(ast.unparse(node))}: {exc}") from None
+            raise ConditionError(f"condition {short(ast.unparse(node))}: {exc}") from None
         except (TypeError, ValueError, ArithmeticError, RecursionError, MemoryError) as exc:
-            raise ConditionError(f"condition {_short(ast.unparse(node))} cannot be computed: {_first_line(exc)}") \
+            raise ConditionError(f"condition {short(ast.unparse(node))} cannot be computed: {_first_line(exc)}") \
                 from None
         return
     for child in ast.iter_child_nodes(node):
@@ -227,89 +220,121 @@ def _fold_constants(node: ast.AST) -> None:
             _fold_constants(child)
 
 
-def _compile(node: ast.AST) -> Callable[[Mapping[str, Any]], Any]:
+_Run = Callable[[Mapping[str, Any]], Any]
+
+
+def _compile(node: ast.AST) -> _Run:
     """The expression as nested closures, built once per condition: a rule runs at thousands of sites, and a
     closure call costs a fraction of walking the tree again. Same semantics as reading the tree node by node:
     a None operand (a missing fact) makes the enclosing and/or term, and so a comparison, false."""
-    if isinstance(node, ast.Constant):
-        constant = node.value
+    compiler = _COMPILERS.get(type(node))
+    if compiler is None:
+        raise ConditionError(f"'{type(node).__name__}' is not allowed in a condition")  # unreachable after parse
+    return compiler(node)
+
+
+def _compile_constant(node: ast.Constant) -> _Run:
+    constant = node.value
+    return lambda env: constant
+
+
+def _compile_name(node: ast.Name) -> _Run:
+    name = node.id
+    if name in _CONSTANTS:
+        constant = _CONSTANTS[name]
         return lambda env: constant
-    if isinstance(node, ast.Name):
-        name = node.id
-        if name in _CONSTANTS:
-            constant = _CONSTANTS[name]
-            return lambda env: constant
-        return lambda env: env.get(name)
-    if isinstance(node, ast.BoolOp):
-        terms = [_compile(v) for v in node.values]
-        want = not isinstance(node.op, ast.And)  # and: stops at the first false term; or: at the first true one
+    return lambda env: env.get(name)
 
-        def boolean(env: Mapping[str, Any]) -> bool:
-            for term in terms:
-                try:
-                    if bool(term(env)) is want:
-                        return want
-                except _Undefined:
-                    if not want:
-                        return False
-            return not want
-        return boolean
-    if isinstance(node, ast.UnaryOp):
-        operand = _compile(node.operand)
-        if isinstance(node.op, ast.Not):
-            return lambda env: not operand(env)
-        negate = isinstance(node.op, ast.USub)
 
-        def signed(env: Mapping[str, Any]) -> Any:
-            value = operand(env)
-            _require(value)
-            value = _number(value, "-" if negate else "+")
-            return -value if negate else +value
-        return signed
-    if isinstance(node, ast.Compare):
-        first = _compile(node.left)
-        steps = [(_COMPARE[type(op)], not isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq, ast.In, ast.NotIn)),
-                  _compile(right)) for op, right in zip(node.ops, node.comparators)]
+def _compile_boolean(node: ast.BoolOp) -> _Run:
+    terms = [_compile(v) for v in node.values]
+    want = not isinstance(node.op, ast.And)  # and: stops at the first false term; or: at the first true one
 
-        def compare(env: Mapping[str, Any]) -> bool:
-            left = first(env)
-            for test, ordered, operand in steps:
-                right = operand(env)
-                if ordered and (left is None or right is None):
-                    raise _Undefined()
-                if not test(left, right):
+    def boolean(env: Mapping[str, Any]) -> bool:
+        for term in terms:
+            try:
+                if bool(term(env)) is want:
+                    return want
+            except _Undefined:
+                if not want:
                     return False
-                left = right
-            return True
-        return compare
-    if isinstance(node, ast.BinOp):
-        left_of, right_of, op = _compile(node.left), _compile(node.right), type(node.op)
+        return not want
+    return boolean
 
-        def binary(env: Mapping[str, Any]) -> Any:
-            left, right = left_of(env), right_of(env)
-            _require(left, right)
-            return _binary(op, left, right)
-        return binary
-    if isinstance(node, ast.Call):
-        assert isinstance(node.func, ast.Name)  # _check_node allows calls of the named functions only
-        arguments = [_compile(a) for a in node.args]
-        function, _, _, numeric = _FUNCTIONS[node.func.id]
-        where = f"{node.func.id}()"
 
-        def call(env: Mapping[str, Any]) -> Any:
-            args = [a(env) for a in arguments]
-            _require(*args)
-            if numeric:
-                args = [_number(a, where) for a in args]
-            return function(*args)
-        return call
-    if isinstance(node, (ast.List, ast.Tuple)):
-        items = [_compile(e) for e in node.elts]
-        return lambda env: [item(env) for item in items]
-    if isinstance(node, ast.IfExp):
-        test, body, orelse = _compile(node.test), _compile(node.body), _compile(node.orelse)
-        return lambda env: body(env) if test(env) else orelse(env)
-    raise ConditionError(f"'{type(node).__name__}' is not allowed in a condition")  # unreachable after parse
+def _compile_unary(node: ast.UnaryOp) -> _Run:
+    operand = _compile(node.operand)
+    if isinstance(node.op, ast.Not):
+        return lambda env: not operand(env)
+    negate = isinstance(node.op, ast.USub)
+
+    def signed(env: Mapping[str, Any]) -> Any:
+        value = operand(env)
+        _require(value)
+        value = _number(value, "-" if negate else "+")
+        return -value if negate else +value
+    return signed
+
+
+def _compile_compare(node: ast.Compare) -> _Run:
+    first = _compile(node.left)
+    steps = [(_COMPARE[type(op)], not isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq, ast.In, ast.NotIn)),
+              _compile(right)) for op, right in zip(node.ops, node.comparators)]
+
+    def compare(env: Mapping[str, Any]) -> bool:
+        left = first(env)
+        for test, ordered, operand in steps:
+            right = operand(env)
+            if ordered and (left is None or right is None):
+                raise _Undefined()
+            if not test(left, right):
+                return False
+            left = right
+        return True
+    return compare
+
+
+def _compile_binary(node: ast.BinOp) -> _Run:
+    left_of, right_of, op = _compile(node.left), _compile(node.right), type(node.op)
+
+    def binary(env: Mapping[str, Any]) -> Any:
+        left, right = left_of(env), right_of(env)
+        _require(left, right)
+        return _binary(op, left, right)
+    return binary
+
+
+def _compile_call(node: ast.Call) -> _Run:
+    assert isinstance(node.func, ast.Name)  # _check_node allows calls of the named functions only
+    arguments = [_compile(a) for a in node.args]
+    function, _, _, numeric = _FUNCTIONS[node.func.id]
+    where = f"{node.func.id}()"
+
+    def call(env: Mapping[str, Any]) -> Any:
+        args = [a(env) for a in arguments]
+        _require(*args)
+        if numeric:
+            args = [_number(a, where) for a in args]
+        return function(*args)
+    return call
+
+
+def _compile_sequence(node: ast.List | ast.Tuple) -> _Run:
+    items = [_compile(e) for e in node.elts]
+    return lambda env: [item(env) for item in items]
+
+
+def _compile_choice(node: ast.IfExp) -> _Run:
+    test, body, orelse = _compile(node.test), _compile(node.body), _compile(node.orelse)
+    return lambda env: body(env) if test(env) else orelse(env)
+
+
+# what _check_node allows, each compiled by its own function (ast.parse makes these exact types)
+_COMPILERS: dict[type, Callable[[Any], _Run]] = {
+    ast.Constant: _compile_constant, ast.Name: _compile_name, ast.BoolOp: _compile_boolean,
+    ast.UnaryOp: _compile_unary, ast.Compare: _compile_compare, ast.BinOp: _compile_binary, ast.Call: _compile_call,
+    ast.List: _compile_sequence, ast.Tuple: _compile_sequence, ast.IfExp: _compile_choice,
+}
 
 
 def _binary(op: type[ast.operator], left: Any, right: Any) -> Any:
@@ -381,122 +406,10 @@ def _require(*values: Any) -> None:
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
-    return _short(text.splitlines()[0] if text else type(exc).__name__, quote=False)
+    return short(text.splitlines()[0] if text else type(exc).__name__, quote=False)
 
 
-def _short(value: Any, quote: bool = True, limit: int = 80) -> str:
+def short(value: Any, quote: bool = True, limit: int = 80) -> str:
+    """The value as an error message shows it: its repr (or its text), cut at limit characters."""
     text = repr(value) if quote else str(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-# ---------------------------------------------------------------- message templates
-
-_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::([^{}]*))?\}")
-# [[fill]align][sign][z][#][0][width][grouping][.precision][type], as format() reads it
-_SPEC = re.compile(r"(?:[^{}]?[<>=^])?[-+ ]?z?#?0?(?P<width>[0-9]*)[_,]?(?:\.(?P<precision>[0-9]+))?"
-                   r"[bcdeEfFgGnosxX%]?")
-
-
-def template_names(template: str) -> set[str]:
-    """The fact names a message template refers to."""
-    return {m.group(1) for m in _FIELD.finditer(template)}
-
-
-def check_template(template: str, what: str = "message") -> set[str]:
-    """Validate a message template and return the names it refers to; ConditionError says what is wrong.
-
-    Only `{name}` and `{name:spec}` fields: no attribute or index access (`{eps.__class__}`, `{x[0]}`), no
-    nested fields (`{eps:{width}}`), no stray braces, and a spec with a bounded width and precision.
-    """
-    if len(template) > MAX_TEMPLATE_CHARS:
-        raise ConditionError(f"{what} is {len(template)} characters long; at most {MAX_TEMPLATE_CHARS} are allowed")
-    names: set[str] = set()
-    fields = 0
-    pos = 0
-    while True:
-        opening = template.find("{", pos)
-        closing = template.find("}", pos)
-        if closing != -1 and (opening == -1 or closing < opening):
-            raise ConditionError(f"{what} has a '}}' that closes no field (at character {closing + 1})")
-        if opening == -1:
-            break
-        match = _FIELD.match(template, opening)
-        if match is None:
-            raise ConditionError(f"{what}: {_describe_bad_field(template, opening)}")
-        spec = match.group(2)
-        if spec is not None:
-            _check_spec(match.group(1), spec, what)
-        fields += 1
-        if fields > MAX_FIELDS:
-            raise ConditionError(f"{what} has more than {MAX_FIELDS} fields")
-        names.add(match.group(1))
-        pos = match.end()
-    return names
-
-
-def _describe_bad_field(template: str, opening: int) -> str:
-    end = template.find("}", opening)
-    shown = _short(template[opening:end + 1] if end != -1 else template[opening:opening + 40])
-    inner = template[opening + 1:end] if end != -1 else template[opening + 1:]
-    if end == -1:
-        return f"'{{' at character {opening + 1} opens a field that never closes"
-    name = re.match(r"[A-Za-z_][A-Za-z0-9_]*", inner)
-    after = inner[name.end():name.end() + 1] if name else ""
-    if "{" in inner:
-        return f"nested fields are not allowed: {shown}; a field is {{name}} or {{name:spec}}"
-    if after in (".", "["):
-        return f"field {shown} reaches into a value; a field is a plain fact name, {{name}} or {{name:spec}}"
-    if after == "!":
-        return f"field {shown} uses a conversion (!r, !s); a field is {{name}} or {{name:spec}}"
-    return f"{shown} is not a field; a field is {{name}} or {{name:spec}} (and braces cannot be written literally)"
-
-
-def _check_spec(name: str, spec: str, what: str) -> None:
-    match = _SPEC.fullmatch(spec)
-    if match is None:
-        raise ConditionError(f"{what}: {_short('{' + name + ':' + spec + '}')} has a format spec Python does not read")
-    width, precision = match.group("width"), match.group("precision")
-    if width and (len(width) > 3 or int(width) > MAX_WIDTH):
-        raise ConditionError(f"{what}: the width of {_short('{' + name + ':' + spec + '}')} is more than {MAX_WIDTH}")
-    if precision and (len(precision) > 3 or int(precision) > MAX_PRECISION):
-        raise ConditionError(f"{what}: the precision of {_short('{' + name + ':' + spec + '}')} is more than "
-                             f"{MAX_PRECISION}")
-
-
-@lru_cache(maxsize=1024)
-def _spec_ok(spec: str) -> bool:
-    try:
-        _check_spec("x", spec, "")
-    except ConditionError:
-        return False
-    return True
-
-
-def render(template: str, env: Mapping[str, Any]) -> str:
-    """Fill {name} and {name:spec} fields from env; only plain names, so no attribute or index tricks.
-
-    A field check_template would refuse (an unbounded spec) is left as written.
-    """
-
-    def field(match: re.Match) -> str:
-        spec = match.group(2) or ""
-        if spec and not _spec_ok(spec):
-            return match.group(0)
-        value = env.get(match.group(1))
-        if value is None:
-            return "none"
-        try:
-            return format(value, spec)
-        except (TypeError, ValueError, OverflowError):
-            return _text(value)
-
-    return _FIELD.sub(field, template)
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
-        return f"{'-' if value < 0 else ''}(an integer of {value.bit_length()} bits)"
-    try:
-        return str(value)
-    except (TypeError, ValueError, OverflowError):
-        return f"({type(value).__name__})"

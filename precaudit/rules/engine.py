@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable, NamedTuple
 
-from ..analysis.sites import Site
+from ..analysis.sites.base import Site
 from ..finding import Finding
-from .condition import ConditionError, render
+from .condition import ConditionError
+from .template import render
 from .loader import Rule
 
 __all__ = ["apply_rules", "match_rules", "holds", "Match"]

@@ -5,7 +5,8 @@ code from a stranger: only regular UTF-8 files of at most RULE_FILE_LIMIT bytes 
 MAX_RULE_FILES files and MAX_RULE_BYTES bytes in all; YAML without aliases or anchors, nested at most
 MAX_YAML_DEPTH deep, with at most MAX_YAML_VALUES values and no number longer than MAX_NUMBER_CHARS; every key
 of the type it must have; a pattern at most MAX_PATTERN_DEPTH deep with at most MAX_PATTERN_PARTS parts. The
-condition language bounds itself (condition.py). Whatever is wrong is one InputError naming the file and line.
+condition language bounds itself (condition.py), and so do message templates (template.py). Whatever is wrong is
+one InputError naming the file and line.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from typing import Any
 import yaml
 
 from ..analysis.pattern import OpP, PatternError, compile_pattern, pattern_names, root_ops
-from ..analysis.sites import FACT_NAMES, PATTERN_FACTS
+from ..analysis.sites.base import FACT_NAMES, PATTERN_FACTS
 from ..errors import InputError
 from ..files import MiB, read_text
 from ..finding import SEVERITIES
-from .condition import Condition, ConditionError, check_template, kind_of, parse_condition
+from .condition import Condition, ConditionError, kind_of, parse_condition
+from .template import check_template
 
 __all__ = ["Rule", "load_rules", "builtin_rules_dir", "RULE_FILE_LIMIT", "MAX_RULE_FILES", "MAX_RULE_BYTES",
            "MAX_YAML_DEPTH", "MAX_YAML_VALUES", "MAX_NUMBER_CHARS", "MAX_PATTERN_DEPTH", "MAX_PATTERN_PARTS",

@@ -42,7 +42,7 @@ def _no_site(graph: Graph, kind: str, node_glob: str) -> list[str]:
     """Why the candidate nodes of a site kind are none: what a Sin/Cos reads when it is no angle, what a division
     reads when no guard sits on it, which site a traced rule measures."""
     from ..analysis.canonical import producer
-    from ..analysis.sites import guarded_input
+    from ..analysis.sites.guard import guarded_input
 
     if kind.startswith("traced_"):
         measured = _TRACED_FROM.get(kind)

@@ -11,7 +11,7 @@ __all__ = ["rule_schema", "render_schema"]
 
 
 def rule_schema() -> dict[str, Any]:
-    from ..analysis.sites import FACT_NAMES
+    from ..analysis.sites.base import FACT_NAMES
     from ..finding import SEVERITIES
     from ..repairs import REPAIR_KINDS
     from .loader import _ID, _NAME, _OPTIONAL, _REQUIRED

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.compute_dtype import DtypeResolver
-from ..analysis.sites import Site
+from ..analysis.sites.base import Site
 from ..ir import Graph
 from ..options import TraceOptions
 from .emulator import Emulator, check_loop_trips

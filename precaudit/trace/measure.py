@@ -10,7 +10,8 @@ from ..analysis.compute_dtype import DtypeResolver
 from ..analysis.constants import resolve_scalar
 from ..analysis.decomposed import find_decomposed_norms
 from ..analysis.signs import SignAnalysis
-from ..analysis.sites import Site, find_norm_sites
+from ..analysis.sites.base import Site
+from ..analysis.sites.norm import find_norm_sites
 from ..ir import Graph, Node
 from .emulator import Emulator
 from .stats import InputStats, VarianceStats

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..analysis.constants import is_constant
-from ..analysis.sites import Site
+from ..analysis.sites.base import Site
 from ..ir import Graph
 from .stats import ValueStats
 

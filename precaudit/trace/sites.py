@@ -9,9 +9,13 @@ from typing import Any
 import numpy as np
 
 from ..analysis.compute_dtype import ComputeDtype, DtypeResolver
+from ..analysis.sites.angle import angle_site
+from ..analysis.sites.base import Site
+from ..analysis.sites.facts import dtype_facts
+from ..analysis.sites.integer_float import integer_site
 # feeding_op and selected_by_where_only: one definition of "what feeds this" and "only a Where branch", shared
 # with static mode so both modes judge a node alike
-from ..analysis.sites import Site, angle_site, feeding_op, integer_site, selected_by_where_only, dtype_facts
+from ..analysis.sites.walks import feeding_op, selected_by_where_only
 from ..analysis.constants import is_constant
 from ..dtypes import Format
 from ..ir import Graph, Node, Value, implicit_inputs

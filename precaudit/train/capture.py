@@ -74,7 +74,8 @@ def _flat(setup: TrainSetup, regime: Regime | None, wide: bool) -> list[Any]:
 
 
 def _cast(setup: TrainSetup, regime: Regime, program) -> None:
-    from ..frontends.autocast import cast_explicitly, plan_autocast
+    from ..frontends.autocast import plan_autocast
+    from ..frontends.autocast_export import cast_explicitly
 
     plan = plan_autocast(program, "cuda", regime.low, setup.spec)
     cast_explicitly(program, plan)

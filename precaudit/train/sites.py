@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..analysis.sites import Site
+from ..analysis.sites.base import Site
 from ..dtypes import FORMATS, Format, classify, round_to_format
 from ..ir import Node
 from .capture import LOW
@@ -17,9 +17,7 @@ from .factory import TrainSetup
 from .regimes import Regime
 from .step import KEEP_FRACTION, StepResult
 
-__all__ = ["static_sites", "traced_sites", "TRAIN_FACTS"]
-
-from .facts import TRAIN_FACTS
+__all__ = ["static_sites", "traced_sites"]
 
 
 def _regime_facts(regime: Regime, fmt: Format) -> dict[str, Any]:
