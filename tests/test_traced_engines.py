@@ -185,7 +185,7 @@ def test_onnxruntime_casts_round_as_ml_dtypes_bit_for_bit(fmt):
     from onnx import TensorProto as T
     from onnx import helper as h
 
-    from precaudit.trace.emulator import round_into
+    from precaudit.trace.rounding import round_into
 
     narrow = {"fp16": T.FLOAT16, "bf16": T.BFLOAT16}[fmt]
     graph = h.make_graph(ort_engine._round_trip("x", "y", narrow), "round", [h.make_tensor_value_info("x", T.FLOAT, None)],

@@ -8,7 +8,6 @@ kernels do not: they keep chains of fp16 ops in fp32 and hide overflow.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,7 +16,6 @@ from typing import Callable, cast
 import numpy as np
 
 from ..analysis.compute_dtype import DtypeResolver
-from ..analysis.constants import resolve_scalar
 from ..converters import Clamp
 from ..dtypes import FORMATS, Format
 from ..errors import InputError
@@ -25,10 +23,12 @@ from ..ir import Graph, Node, Value, implicit_inputs
 from ..options import TRACE_ENGINES
 from .fallback import REFERENCE, ReferenceFallback, as_float, as_reference
 from .kernels import KERNELS, MS_KERNELS, KernelContext
+from .limits import check_made_size
 from .ort_engine import OrtSegments, onnxruntime_available
+from .rounding import round_into
 from .stats import ValueStats
 
-__all__ = ["Emulator", "round_into", "round_fp16", "Hook", "HOLD_BYTES", "SMALL_CONST_BYTES"]
+__all__ = ["Emulator", "Hook", "HOLD_BYTES", "SMALL_CONST_BYTES"]
 
 # Weights a run keeps from one sample to the next (rounded copies, onnxruntime segments with their weights): the
 # first ones met, up to this many bytes; the rest are read again, from the file, in every sample. The last sample
@@ -49,77 +49,6 @@ _MOVES_VALUES = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Fl
                  "ReduceMax", "ReduceMin"}
 
 
-def round_into(array: np.ndarray, fmt: Format | None) -> np.ndarray:
-    """The array's values rounded into fmt, held in float32 (float64 for fp64) so numpy can compute on them."""
-    if fmt is None or array.dtype.kind != "f":
-        return array
-    if fmt.name == "fp64":
-        return array.astype(np.float64, copy=False)
-    if fmt.name == "fp32":
-        return array.astype(np.float32, copy=False)
-    if fmt.name == "fp16":
-        return round_fp16(array.astype(np.float32, copy=False))
-    return array.astype(fmt.np_dtype).astype(np.float32)
-
-
-_FP16_MIN_NORMAL = np.float32(2.0 ** -14)
-_FP16_MAX_BITS = np.uint32(0x477FE000)  # 65504, the largest float16
-_INF_BITS = np.uint32(0x7F800000)
-
-
-def round_fp16(x: np.ndarray) -> np.ndarray:
-    """float32 → nearest float16 (ties to even) → float32, bit for bit what astype(float16) gives, ~5x faster.
-
-    numpy's float16 cast has no vector path on most builds, and the emulation rounds every intermediate,
-    so this is the hot path. Normal numbers: Veltkamp's split, c = x * (2**13 + 1), x rounded to 11
-    significant bits = c - (c - x) (exact, ties to even, for every float32 from 2**-14 up to 65520:
-    checked on all of them). Subnormals (|x| < 2**-14, spacing 2**-24): (|x| + 0.5) - 0.5, because
-    float32's spacing at 0.5 is 2**-24. Arrays with a value that rounds to inf, or is inf or NaN, take
-    _round_fp16_general.
-    """
-    x = np.asarray(x, dtype=np.float32)
-    if x.ndim == 0:  # numpy gives scalars, not arrays to write into, for 0-d operands
-        return round_fp16(x.reshape(1)).reshape(())
-    if x.size == 0:
-        return x.copy()
-    a = np.abs(x)
-    if not a.max() < _FP16_OVERFLOW:  # NaN compares false too
-        return _round_fp16_general(x)
-    tiny = a < _FP16_MIN_NORMAL
-    out = np.multiply(x, _VELTKAMP)
-    np.subtract(out, x, out=a)
-    np.subtract(out, a, out=out)
-    if np.count_nonzero(tiny):
-        small = x[tiny]
-        out[tiny] = np.copysign((np.abs(small) + np.float32(0.5)) - np.float32(0.5), small)
-    return out
-
-
-_FP16_OVERFLOW = np.float32(65520.0)  # 65504 + half an ulp: rounds to inf (ties to even)
-_VELTKAMP = np.float32(2.0 ** 13 + 1)
-
-
-def _round_fp16_general(x: np.ndarray) -> np.ndarray:
-    """round_fp16 for any array, inf and NaN included."""
-    bits = np.ascontiguousarray(x).view(np.uint32)
-    mag = bits & np.uint32(0x7FFFFFFF)
-    out = mag >> np.uint32(13)
-    out &= np.uint32(1)
-    out += mag
-    out += np.uint32(0xFFF)
-    out &= np.uint32(0xFFFFE000)
-    np.putmask(out, out > _FP16_MAX_BITS, _INF_BITS)
-    absx = mag.view(np.float32)
-    tiny = absx < _FP16_MIN_NORMAL
-    if tiny.any():
-        np.copyto(out, ((absx + np.float32(0.5)) - np.float32(0.5)).view(np.uint32), where=tiny)
-    nan = mag > _INF_BITS
-    if nan.any():
-        np.copyto(out, mag, where=nan)
-    out |= bits & np.uint32(0x80000000)
-    return out.view(np.float32).reshape(x.shape)
-
-
 _CANCELLING = {"Add", "Sub", "Sum", "ReduceMean", "ReduceSum", "MatMul", "Gemm", "Conv", "Einsum"}
 _CARRIES_NOISE = {"Identity", "Cast", "Reshape", "Expand", "Squeeze", "Unsqueeze", "Transpose", "Flatten", "Mul", "Div",
                   "Neg", "Abs", "Concat", "Slice", "Gather", "Split"}
@@ -132,65 +61,6 @@ _NOISE = 1e-5
 
 # Elementwise sums and differences: their noise floor is judged per element, from their inputs.
 _LOCAL_FLOOR_OPS = ("Add", "Sub")
-
-
-# The largest tensor a node whose output size comes from its inputs' values may make in traced mode, checked
-# before it is allocated: 2**28 elements, 1 GiB of float32 (as for a synthesized input, trace/inputs.py)
-MAX_TENSOR_ELEMENTS = 1 << 28
-
-
-# A Loop that runs a fixed trip count (no condition input: ONNX then ignores the body's condition output) more often
-# than this is refused before anything runs: onnxruntime takes microseconds a trip at best, so 10**7 trips is minutes
-# of a single node, and a count like 10**15 would hold a -j worker until --timeout (30 minutes by default).
-MAX_LOOP_TRIPS = 10**7
-
-
-def check_loop_trips(graph: Graph) -> None:
-    """Refuse a Loop whose constant trip count, with no condition to end it early, is beyond MAX_LOOP_TRIPS."""
-    for node in graph.by_op("Loop"):
-        trips, cond = node.input(0), node.input(1)
-        if trips is None or cond is not None:
-            continue
-        count = resolve_scalar(trips)
-        if count is not None and count.value > MAX_LOOP_TRIPS:
-            raise InputError(graph.path, f"traced mode: Loop '{node.name}' runs {int(count.value):,} times (a "
-                                         f"constant trip count and no condition), above traced mode's "
-                                         f"{MAX_LOOP_TRIPS:,}: audit it without --trace")
-
-
-def made_elements(node: Node, args: list) -> float | None:
-    """How many elements a node whose output size depends on its inputs' values will make (ConstantOfShape,
-    Expand, Tile, Range, OneHot, Pad), from those values; None for any other node or inputs that do not say."""
-    op = node.op_type
-    try:
-        if op == "ConstantOfShape" and args and args[0] is not None:
-            return int(np.prod([int(d) for d in np.asarray(args[0]).reshape(-1)], dtype=object))
-        if op == "Expand" and len(args) == 2 and args[1] is not None:
-            dims = [int(d) for d in np.asarray(args[1]).reshape(-1)]
-            shape = list(np.shape(args[0]))
-            width = max(len(dims), len(shape))
-            dims, shape = [1] * (width - len(dims)) + dims, [1] * (width - len(shape)) + shape
-            return int(np.prod([max(a, b) for a, b in zip(dims, shape)], dtype=object))
-        if op == "Tile" and len(args) == 2 and args[1] is not None:
-            repeats = [int(r) for r in np.asarray(args[1]).reshape(-1)]
-            return int(np.prod([int(d) * r for d, r in zip(np.shape(args[0]), repeats)], dtype=object))
-        if op == "Range" and len(args) == 3 and all(a is not None for a in args):
-            start, limit, delta = (float(np.asarray(a).reshape(-1)[0]) for a in args)
-            count = (limit - start) / delta if delta else math.nan
-            if math.isinf(count):
-                return math.inf  # a limit that overflowed the narrow format: no Range can run to it
-            return max(0, int(np.ceil(count))) if math.isfinite(count) else None
-        if op == "OneHot" and len(args) >= 2 and args[1] is not None:
-            return int(np.size(args[0])) * int(np.asarray(args[1]).reshape(-1)[0])
-        if op == "Pad" and len(args) >= 2 and args[1] is not None:
-            pads = [int(p) for p in np.asarray(args[1]).reshape(-1)]
-            shape = list(np.shape(args[0]))
-            if len(pads) != 2 * len(shape):
-                return None  # axes given: the kernel knows
-            return int(np.prod([d + pads[i] + pads[i + len(shape)] for i, d in enumerate(shape)], dtype=object))
-    except (TypeError, ValueError, OverflowError, IndexError):
-        return None
-    return None
 
 
 def reads_inputs(step: "_Step") -> bool:
@@ -416,14 +286,7 @@ class Emulator:
                 self._consts.pop(id(value), None)
 
     def _call(self, step: _Step, args: list, ctx: KernelContext) -> list:
-        made = made_elements(step.node, args)
-        if made is not None and made > MAX_TENSOR_ELEMENTS:
-            node = step.node
-            size = "an unbounded number of" if made == math.inf else f"{made:,}"
-            raise InputError(self.graph.path, f"traced mode: node '{node.name}' ({node.op_type}) would make a tensor "
-                                              f"of {size} elements from these inputs, above traced mode's "
-                                              f"{MAX_TENSOR_ELEMENTS:,} per tensor (1 GiB of float32): give smaller "
-                                              f"inputs (--inputs, --dim)")
+        check_made_size(self.graph, step.node, args)
         if step.kernel is not None:
             try:
                 return step.kernel(step.node, args, ctx)

@@ -48,6 +48,7 @@ from ..dtypes import FORMATS, Format
 from ..errors import InputError
 from ..ir import Node, Value
 from .fallback import as_reference
+from .rounding import round_into
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -68,7 +69,7 @@ _DOMAINS = {"": "", "ai.onnx": "", "com.microsoft": "com.microsoft"}
 # Ops whose output size comes from these inputs' values: onnxruntime would allocate whatever they ask (8 GB for a
 # Range to 2**31 read from an int64 input), so where those values come from the graph's input data (not from shapes,
 # which existing tensors bound) they run on numpy, which checks the size against traced mode's budget first
-# (emulator.made_elements)
+# (limits.made_elements)
 _SIZED_BY = {"ConstantOfShape": (0,), "Expand": (1,), "Tile": (1,), "Range": (0, 1, 2), "OneHot": (1,), "Pad": (1,)}
 _DEFAULT_OPSET = {"": 17, "com.microsoft": 1}
 _EMBED_BYTES = 64 * 2 ** 10
@@ -259,8 +260,6 @@ class OrtSegments:
             session = self._rounders[narrow] = _caster([(TensorProto.FLOAT, narrow), (narrow, TensorProto.FLOAT)])
         out = np.empty(data.shape, np.float32)
         if session is False or data.size == 0:
-            from .emulator import round_into  # (the emulator imports this module)
-
             np.copyto(out, round_into(data, _NARROW_FORMAT[narrow]))
             return out
         binding = session.io_binding()
@@ -618,8 +617,6 @@ class OrtSegments:
         for t in body.initializer:
             array = _reference_array(numpy_helper.to_array(t))
             if emulated and t.name in consts:
-                from .emulator import round_into  # (the emulator imports this module)
-
                 converted, clamp = _body_const(em, consts[t.name])
                 if converted:
                     array = np.asarray(round_into(clamp.array(array) if clamp is not None else array,
