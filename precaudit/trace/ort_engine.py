@@ -14,7 +14,7 @@ rounded inside a fused norm, unknown domains), and nodes onnxruntime refuses, ru
 
 Weights (constants over _EMBED_BYTES) are not in the session: they are its inputs, read from the model (memory-mapped
 external data) when the segment runs and dropped when it is done, unless the hold budget keeps them for the next
-sample (Emulator.may_hold). onnxruntime reads inputs where they are, while it copies initializers (even ones handed
+sample (Runner.may_hold). onnxruntime reads inputs where they are, while it copies initializers (even ones handed
 over in memory) and prepacks MatMul weights into yet another copy. So a segment holds each of its weights once, in
 float32: a float32 weight as the file's mapped pages, a float16 one widened from them by a one-Cast session into an
 array precaudit frees (in the segment's session the Cast would leave its float32 copies in onnxruntime's arena for
@@ -48,14 +48,15 @@ from ..dtypes import FORMATS, Format
 from ..errors import InputError
 from ..ir import Node, Value
 from .fallback import as_reference
+from .meter import reads_inputs
+from .plan import Plan, Runner, Step
 from .rounding import round_into
+from .spec import ComputeSpec
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
 
     import onnxruntime as ort
-
-    from .emulator import Emulator, _Step
 
 __all__ = ["OrtSegments", "onnxruntime_available"]
 
@@ -110,21 +111,20 @@ class _Segment:
 
 
 class OrtSegments:
-    """Drives an Emulator's steps through onnxruntime sessions where it can; returns None where it cannot."""
+    """Drives a plan's steps through onnxruntime sessions where it can, for the run it serves; returns None where it
+    cannot (the run then takes the step on numpy)."""
 
-    def __init__(self, emulator: "Emulator"):
-        from .emulator import reads_inputs  # (the emulator imports this module)
-
-        self.em = emulator
-        self._reads_inputs = reads_inputs
-        steps = emulator._steps
+    def __init__(self, plan: Plan, runner: Runner):
+        self.plan = plan
+        self.runner = runner
+        steps = plan.steps
         self.refusals: dict[int, str] = {}  # node id -> why onnxruntime does not run it (said if numpy cannot either)
         self.eligible = [self._eligible(s) for s in steps]
         self._segments: dict[int, _Segment | None] = {}  # by first step; None where numpy runs that step
         self._bytes_per_step = 1.0  # returned by the last segment run, reference and emulation together
         self._last_size = 0  # nodes in the last segment built
         self._shared = self._shared_values()
-        self._outputs = {id(v) for v in emulator.graph.outputs}
+        self._outputs = {id(v) for v in plan.graph.outputs}
         # every value some measurement reads: its producer's segment must return it (a hooked LayerNorm's input
         # may come from a Transpose, whose own numbers are not measured)
         self._measured = self._measured_values()
@@ -164,17 +164,17 @@ class OrtSegments:
                                        segment.run_options)
         except Exception as exc:
             if self._stopper is not None and self._stopper.stopped:
-                self.em.check_time(self.em._steps[segment.start].node)  # past the deadline: it raises
+                self.runner.check_time(self.plan.steps[segment.start].node)  # past the deadline: it raises
             # onnxruntime refused these inputs; numpy runs the segment now and from now on (a real input error
             # is then reported by the numpy kernels, in one line)
             self._segments[i] = None
             for k in range(segment.start, segment.end):
                 self.eligible[k] = False
-                self.refusals.setdefault(id(self.em._steps[k].node), f"onnxruntime: {_first_line(exc)}")
+                self.refusals.setdefault(id(self.plan.steps[k].node), f"onnxruntime: {_first_line(exc)}")
             return None
-        if self.em.final:  # no sample follows: the session and its weights go now, not at the end of the run
+        if self.runner.final:  # no sample follows: the session and its weights go now, not at the end of the run
             del self._segments[i]
-        elif segment.held is None and weights and self.em.may_hold(_nbytes(weights)):
+        elif segment.held is None and weights and self.runner.may_hold(_nbytes(weights)):
             segment.held = weights
         del weights
         start, end, fetch = segment.start, segment.end, segment.fetch
@@ -186,7 +186,7 @@ class OrtSegments:
         del outs  # each value now lives in the environment only, until its last reader frees it
         self._bytes_per_step = max(1.0, returned / (end - start))
         self.wait()  # the segment before is measured; this one is measured while the next one runs
-        if self.em.reference:
+        if self.runner.reference:
             if self._worker is None:
                 from concurrent.futures import ThreadPoolExecutor
 
@@ -221,7 +221,7 @@ class OrtSegments:
     def _measure_steps(self, start: int, end: int, emu: dict, ref: dict) -> None:
         with np.errstate(all="ignore"):  # (errstate is per thread) inf and NaN are what traced mode looks for
             for k in range(start, end):
-                self._measure_step(self.em._steps[k], emu, ref)
+                self._measure_step(self.plan.steps[k], emu, ref)
 
     def wait(self) -> None:
         """Until the segment being measured on the second thread is measured (its error, if any, raised here)."""
@@ -298,41 +298,41 @@ class OrtSegments:
         self._widener.run_with_iobinding(binding)
         return out
 
-    def _measure_step(self, step: "_Step", emu: dict, ref: dict) -> None:
-        em = self.em
+    def _measure_step(self, step: Step, emu: dict, ref: dict) -> None:
+        runner = self.runner
         for (vid, _) in step.outputs:  # a shared value is returned once: both runs hold the same numbers
             if vid in ref and vid not in emu:
                 emu[vid] = ref[vid]
-        if em.reference:
+        if runner.reference:
             # only hooks and the elementwise noise floor read a node's inputs; the weights stay unrounded here
-            reads_args = self._reads_inputs(step)
-            ref_args = [_get(v, ref, em, 1) for v in step.inputs] if reads_args else []
-            emu_args = [_get(v, emu, em, w) for v, w in zip(step.inputs, step.const_reads)] if reads_args else []
-            em._measure(step, ref_args, emu_args, [ref.get(vid) for vid, _ in step.outputs],
-                        [emu.get(vid) for vid, _ in step.outputs])
-        em._free(step, emu, ref)
+            reads_args = reads_inputs(step)
+            ref_args = [_get(v, ref, runner, 1) for v in step.inputs] if reads_args else []
+            emu_args = [_get(v, emu, runner, w) for v, w in zip(step.inputs, step.const_reads)] if reads_args else []
+            runner.measure(step, ref_args, emu_args, [ref.get(vid) for vid, _ in step.outputs],
+                           [emu.get(vid) for vid, _ in step.outputs])
+        runner.free(step, emu, ref)
 
     # ---- which steps, which values -------------------------------------------------------------------------
 
-    def _eligible(self, step: "_Step") -> bool:
-        reason = self._refusal(step.node, step.rounds, step.emu_ctx)
+    def _eligible(self, step: Step) -> bool:
+        reason = self._refusal(step.node, step.rounds, step.spec)
         if reason is not None:
             self.refusals[id(step.node)] = reason
         return reason is None
 
-    def _refusal(self, node: Node, rounds: list, emu_ctx) -> str | None:
+    def _refusal(self, node: Node, rounds: list, spec: ComputeSpec) -> str | None:
         """Why this node cannot be emulated faithfully on onnxruntime; None when it can."""
-        em = self.em
+        plan = self.plan
         if node.domain not in _DOMAINS:
             return f"node '{node.name}' is in domain '{node.domain}', which onnxruntime does not run"
         sized = _SIZED_BY.get(node.op_type) if node.domain in ("", "ai.onnx") else None
         if sized and _sized_by_data(node, sized):
             return (f"node '{node.name}' ({node.op_type}) makes a tensor as large as the input data says: numpy "
                     f"runs it, checking the size against traced mode's budget first")
-        if emu_ctx is not em._emu_ctx:
+        if spec.accumulate is not None:
             return f"node '{node.name}' rounds its statistics into its stash_type, which runs on numpy only"
         formats = [fmt for fmt in rounds if fmt is not None]
-        formats += [em._held(v) for v in node.inputs if v is not None and v.is_const and em._held(v) is not None]
+        formats += [plan.held(v) for v in node.inputs if v is not None and v.is_const and plan.held(v) is not None]
         narrow = next((fmt for fmt in formats if fmt.name not in _ROUND_TO and fmt.name not in _HELD_AS_IS), None)
         if narrow is not None:
             return f"node '{node.name}' rounds into {narrow.name}, which runs on numpy only"
@@ -340,9 +340,9 @@ class OrtSegments:
 
     def _shared_values(self) -> set[int]:
         """Values both runs hold alike: integer inputs and what integer-only nodes make of them (shape arithmetic)."""
-        em = self.em
-        shared = {id(v) for v in em.graph.inputs if em._input_fmt[id(v)] is None}
-        for step in em._steps:
+        plan = self.plan
+        shared = {id(v) for v in plan.graph.inputs if plan.graph_input_formats[id(v)] is None}
+        for step in plan.steps:
             node = step.node
             floats_out = any(fmt is not None for _, fmt in step.outputs)
             if floats_out or node.domain not in _DOMAINS or node.bodies:  # a body may read floats by name
@@ -358,20 +358,20 @@ class OrtSegments:
         return id(v) in shared
 
     def _const_is_shared(self, v: Value) -> bool:
-        fmt = self.em._held(v)
+        fmt = self.plan.held(v)
         return fmt is None or fmt.name in _HELD_AS_IS
 
     def _measured_values(self) -> set[int]:
         """The values the measurements read: float outputs, and the inputs and outputs of nodes whose measuring
         reads their inputs (hooked ones, Add/Sub). A rearranged output reuses its input's sample instead."""
-        em = self.em
-        made_by_step = {vid for s in em._steps for vid, fmt in s.outputs if fmt is not None}
+        plan = self.plan
+        made_by_step = {vid for s in plan.steps for vid, fmt in s.outputs if fmt is not None}
         needed: set[int] = set()
-        for step in em._steps:  # (run() has attached the hooks by the time this engine is made)
+        for step in plan.steps:  # (run() has attached the hooks by the time this engine is made)
             for vid, fmt in step.outputs:
                 if fmt is not None and not (step.rearranges is not None and step.rearranges in made_by_step):
                     needed.add(vid)
-            if self._reads_inputs(step):
+            if reads_inputs(step):
                 needed.update(id(v) for v in step.inputs if v is not None and not v.is_const)
                 needed.update(vid for vid, _ in step.outputs)
         return needed
@@ -384,13 +384,13 @@ class OrtSegments:
         A segment may at most double the last one: the first nodes (embeddings, say) can return far fewer bytes
         per node than the blocks after them, and one oversized guess would hold the whole model's values at once.
         """
-        steps = len(self.em._steps)
+        steps = len(self.plan.steps)
         size = _FIRST_SEGMENT
         if self._last_size:
             size = int(min(_MAX_SEGMENT, max(_MIN_SEGMENT, min(2 * self._last_size, _BUDGET // self._bytes_per_step))))
         end, weights, seen = i, 0, set()
         while end < steps and end - i < size and self.eligible[end]:
-            step = self.em._steps[end]
+            step = self.plan.steps[end]
             for v in [*step.inputs, *step.implicit]:
                 if v is not None and v.is_const and id(v) not in seen:
                     seen.add(id(v))
@@ -405,7 +405,7 @@ class OrtSegments:
         size = v.const_size
         if size is None or size * 4 <= _EMBED_BYTES:
             return 0
-        fmt = self.em._held(v)
+        fmt = self.plan.held(v)
         rounded = fmt is not None and fmt.name not in _HELD_AS_IS and v.dtype != fmt.name
         return size * (8 if v.dtype == "fp64" else 4) * (2 if rounded else 1)
 
@@ -421,15 +421,15 @@ class OrtSegments:
                 # which then runs on numpy (one refused node must not send a whole segment there)
                 if end - i <= 1:
                     self.eligible[i] = False
-                    self.refusals[id(self.em._steps[i].node)] = _first_line(exc)
+                    self.refusals[id(self.plan.steps[i].node)] = _first_line(exc)
                     return None
                 end = i + (end - i) // 2
 
     def _build_range(self, start: int, end: int, emu: dict, ref: dict) -> _Segment:
         import onnxruntime as ort
 
-        em = self.em
-        steps = em._steps[start:end]
+        plan, runner = self.plan, self.runner
+        steps = plan.steps[start:end]
         made_here = {vid for s in steps for vid, _ in s.outputs}
         nodes: list[onnx.NodeProto] = []
         inputs: dict[str, onnx.ValueInfoProto] = {}
@@ -441,7 +441,7 @@ class OrtSegments:
         rounded: list[tuple[str, str, int, Clamp | None]] = []  # weights fed rounded (see _Segment.rounded)
         # a sample follows: weights are rounded outside the session, so that their rounded copies can be kept with
         # them; a one-sample run rounds each in the session just before its reader, one at a time
-        round_outside = not em.final
+        round_outside = not runner.final
         weight_names: set[str] = set()
         as_held: set[int] = set()  # weights stored in the format they are held in: their rounding changes nothing
         rounded_consts: set[int] = set()
@@ -467,7 +467,7 @@ class OrtSegments:
                     inputs[v.name] = helper.make_tensor_value_info(
                         v.name, helper.np_dtype_to_tensor_dtype(ref_dtype), data.shape)
                     weights.append((v.name, v))
-                    if em.stored_as_held(v, data):
+                    if plan.formats.stored_as_held(v, data):
                         as_held.add(id(v))
                 del data
             # read as stored: the reference's copy (a converter leaves the constant float32 for this reader)
@@ -478,8 +478,8 @@ class OrtSegments:
             # clamped first where the --converter clamps it
             if id(v) not in rounded_consts:
                 rounded_consts.add(id(v))
-                source, clamp = v.name, em._const_clamps.get(id(v))
-                held = em._held(v)
+                source, clamp = v.name, plan.const_clamps.get(id(v))
+                held = plan.held(v)
                 assert held is not None  # not shared: it is held in a narrow format
                 if round_outside and v.name in weight_names:
                     inputs[name] = onnx.ValueInfoProto()
@@ -513,9 +513,9 @@ class OrtSegments:
             node = step.node
             attrs = _float32_attrs(node)
             shared = all(vid in self._shared for vid, _ in step.outputs)
-            if em.reference or shared:  # without a reference (a benchmark of the emulation alone) only shared nodes
+            if runner.reference or shared:  # without a reference (a benchmark of the emulation alone) only shared nodes
                 # (a shape read off a float value reads the emulated one when there is no reference)
-                ref_ins = _inference_inputs(node, [arg(v, not em.reference) for v in node.inputs])
+                ref_ins = _inference_inputs(node, [arg(v, not runner.reference) for v in node.inputs])
                 bodies = self._bodies(node, {v.name: arg(v, False) for v in step.implicit}, emulated=False)
                 nodes.append(helper.make_node(node.op_type, ref_ins, [o.name for o in node.outputs],
                                               domain=node.domain, **attrs, **bodies))
@@ -533,9 +533,9 @@ class OrtSegments:
                 vid = id(o)
                 if not o.name:
                     continue
-                later = self.em.last_read.get(vid, -1) >= end or vid in self._outputs
-                if later or (vid in self._measured and em.reference):
-                    if em.reference or vid in self._shared:
+                later = plan.last_read.get(vid, -1) >= end or vid in self._outputs
+                if later or (vid in self._measured and runner.reference):
+                    if runner.reference or vid in self._shared:
                         fetch.append((o.name, vid, False))
                     if vid not in self._shared:
                         fetch.append((self._name(o, True), vid, True))
@@ -591,7 +591,7 @@ class OrtSegments:
               emulated: bool) -> Generator[tuple[onnx.GraphProto, list[Node], dict[str, str]], onnx.GraphProto | None,
                                            onnx.GraphProto]:
         """One body rewritten (a generator: it yields each nested body it needs, see _bodies)."""
-        em = self.em
+        plan = self.plan
         inner = node_list  # the IR's copy of the body, node for node
         mine = {v.name for v in body.input} | {t.name for t in body.initializer} | {o for n in body.node for o in n.output}
 
@@ -617,22 +617,22 @@ class OrtSegments:
         for t in body.initializer:
             array = _reference_array(numpy_helper.to_array(t))
             if emulated and t.name in consts:
-                converted, clamp = _body_const(em, consts[t.name])
+                converted, clamp = _body_const(plan, consts[t.name])
                 if converted:
                     array = np.asarray(round_into(clamp.array(array) if clamp is not None else array,
-                                                  em._held(consts[t.name])))
+                                                  plan.held(consts[t.name])))
             out.initializer.append(numpy_helper.from_array(array, name(t.name)))
         if len(inner) != len(body.node):
             raise ValueError(f"a body of {len(body.node)} nodes has {len(inner)} in precaudit's graph")
         for proto, node in zip(body.node, inner):
             if emulated:
-                outputs_fmt = [em._held(o) if o.name else None for o in node.outputs]
-                reason = self._refusal(node, outputs_fmt, em._stat_ctx(node))
+                outputs_fmt = [plan.held(o) if o.name else None for o in node.outputs]
+                reason = self._refusal(node, outputs_fmt, plan.spec(node))
                 if reason is not None:
                     raise ValueError(f"inside its body, {reason}")
             attrs = _float32_attrs(node)
             if emulated and node.op_type == "Constant" and isinstance(attrs.get("value"), TensorProto):
-                clamp = _body_const(em, node.outputs[0])[1] if node.outputs and node.outputs[0].is_const else None
+                clamp = _body_const(plan, node.outputs[0])[1] if node.outputs and node.outputs[0].is_const else None
                 if clamp is not None:  # the --converter clamps a Constant's tensor
                     attrs["value"] = numpy_helper.from_array(clamp.array(numpy_helper.to_array(attrs["value"])),
                                                              attrs["value"].name)
@@ -641,7 +641,7 @@ class OrtSegments:
             outputs = [name(o) for o in proto.output]
             rounded = []
             for k, o in enumerate(node.outputs):
-                fmt = em._held(o) if emulated and o.name else None
+                fmt = plan.held(o) if emulated and o.name else None
                 if fmt is not None and fmt.name in _ROUND_TO:
                     rounded.append((f"raw::{outputs[k]}", outputs[k], _ROUND_TO[fmt.name]))
                     outputs[k] = f"raw::{outputs[k]}"
@@ -659,7 +659,7 @@ class OrtSegments:
     def _opset_imports(self) -> dict[str, int]:
         opsets = dict(_DEFAULT_OPSET)
         seen: dict[str, int] = {}
-        for node in self.em.graph.nodes:
+        for node in self.plan.graph.nodes:
             domain = _DOMAINS.get(node.domain)
             if domain is not None and node.opset is not None:
                 seen[domain] = max(seen.get(domain, 0), node.opset)
@@ -732,10 +732,10 @@ def _shared_arena(ort) -> None:
         _ARENA.append(info)
 
 
-def _body_const(em: "Emulator", v: Value) -> tuple[bool, Clamp | None]:
+def _body_const(plan: Plan, v: Value) -> tuple[bool, Clamp | None]:
     """How a body's emulated copy holds a constant of the body, which one name serves every reader: converted if
-    any reader reads it converted (Emulator.const_read), with the clamp such a read applies."""
-    reads = [em.const_read(v, reader) for reader in v.consumers] or [(True, None)]
+    any reader reads it converted (Plan.const_read), with the clamp such a read applies."""
+    reads = [plan.const_read(v, reader) for reader in v.consumers] or [(True, None)]
     return any(c for c, _ in reads), next((clamp for c, clamp in reads if c and clamp is not None), None)
 
 
@@ -756,11 +756,11 @@ def _first_line(exc: Exception) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _get(v: Value | None, env: dict, em: "Emulator", which: int):
+def _get(v: Value | None, env: dict, runner: Runner, which: int):
     if v is None:
         return None
     if v.is_const:
-        return em._arg(v, env, which)
+        return runner.const(v, which)
     return env.get(id(v))
 
 
