@@ -19,7 +19,7 @@ from fixtures.torch_exports import HF_CASES, ExportCase, _LastHiddenState, expor
 from precaudit.analysis.compute_dtype import DtypeResolver  # noqa: E402
 from precaudit.dtypes import FORMATS  # noqa: E402
 from precaudit.frontends.onnx import load_onnx  # noqa: E402
-from precaudit.trace import ort_engine  # noqa: E402
+from precaudit.trace import ort_engine, ort_weights  # noqa: E402
 from precaudit.trace.emulator import Emulator  # noqa: E402
 from precaudit.trace.inputs import synthesize_inputs  # noqa: E402
 from precaudit.trace.measure import attach_probes  # noqa: E402
@@ -185,10 +185,11 @@ def test_onnxruntime_casts_round_as_ml_dtypes_bit_for_bit(fmt):
     from onnx import TensorProto as T
     from onnx import helper as h
 
+    from precaudit.trace.ort_nodes import round_trip
     from precaudit.trace.rounding import round_into
 
     narrow = {"fp16": T.FLOAT16, "bf16": T.BFLOAT16}[fmt]
-    graph = h.make_graph(ort_engine._round_trip("x", "y", narrow), "round", [h.make_tensor_value_info("x", T.FLOAT, None)],
+    graph = h.make_graph(round_trip("x", "y", narrow), "round", [h.make_tensor_value_info("x", T.FLOAT, None)],
                          [h.make_tensor_value_info("y", T.FLOAT, None)])
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     model.ir_version = 8
@@ -225,8 +226,8 @@ def test_weights_are_rounded_once_when_a_sample_follows(tmp_path, monkeypatch):
     with the weight; the last sample of a run, and a one-sample run, round it in the session. Same numbers as numpy."""
     graph = load_onnx(str(_weighted_chain(tmp_path)))
     rounds = []
-    real = ort_engine.OrtSegments._round
-    monkeypatch.setattr(ort_engine.OrtSegments, "_round", lambda self, data, narrow: rounds.append(data.shape)
+    real = ort_weights.WeightFeeder.round
+    monkeypatch.setattr(ort_weights.WeightFeeder, "round", lambda self, data, narrow: rounds.append(data.shape)
                         or real(self, data, narrow))
     samples = [{"x": np.random.default_rng(seed).standard_normal((4, 256)).astype(np.float32)} for seed in range(3)]
     fast = _run(graph, "fp16", "onnxruntime", *samples)
