@@ -82,7 +82,7 @@ def measuring(skip: bool, cpu: list[float]):
         begin = time.thread_time()
         if skip:
             for k in range(start, end):
-                self.em._free(self.em._steps[k], emu, ref)
+                self.runner.free(self.plan.steps[k], emu, ref)
         else:
             real(self, start, end, emu, ref)
         cpu[0] += time.thread_time() - begin

@@ -29,7 +29,7 @@ from precaudit.errors import InputError
 from precaudit.frontends.onnx import load_onnx
 from precaudit.frontends.onnx_data import MAP_BYTES
 from precaudit.ir import CONST_CACHE_BYTES
-from precaudit.trace import emulator as emulator_module
+from precaudit.trace import consts as consts_module
 from precaudit.trace import ort_engine
 from precaudit.trace.emulator import Emulator
 from precaudit.trace.inputs import synthesize_inputs
@@ -199,7 +199,7 @@ def test_segments_read_at_most_their_weight_budget_and_hold_nothing_after_the_la
         emulator.run(synthesize_inputs(graph, {}, seed=0), final=True)
     finally:
         ort_engine.OrtSegments._build_range = build
-    assert emulator.ran_on == {"onnxruntime": len(emulator._steps), "numpy": 0}
+    assert emulator.ran_on == {"onnxruntime": len(emulator.plan.steps), "numpy": 0}
     assert len(built) > 10
     for segment in built:
         fed = sum(emulator._ort._weight_bytes(value) for _, value in segment.weights)
@@ -208,7 +208,7 @@ def test_segments_read_at_most_their_weight_budget_and_hold_nothing_after_the_la
     gc.collect()
     assert refs and not [r for r in refs if r() is not None]  # no weight outlives its segment
     assert emulator._ort._segments == {} and emulator.held_bytes == 0
-    assert all(a.nbytes <= emulator_module.SMALL_CONST_BYTES for pair in emulator._consts.values() for a in pair)
+    assert all(a.nbytes <= consts_module.SMALL_CONST_BYTES for pair in emulator.consts.pairs.values() for a in pair)
 
 
 def test_findings_do_not_depend_on_the_weight_budget(tmp_path, monkeypatch):
@@ -262,7 +262,7 @@ def test_a_tied_weight_is_read_again_by_each_segment_not_held_between(tmp_path, 
         emulator.run(synthesize_inputs(graph, {}, seed=0), final=True)
     finally:
         ort_engine.OrtSegments.run_from = run_from
-    assert emulator.ran_on == {"onnxruntime": len(emulator._steps), "numpy": 0}
+    assert emulator.ran_on == {"onnxruntime": len(emulator.plan.steps), "numpy": 0}
     assert len(seen_between) >= 3  # the Gather and the Transpose are in different segments
     assert set(seen_between) == {0}  # between segments, no copy of the table is alive
     assert len(refs) >= 2  # it was read for each
@@ -278,8 +278,8 @@ def test_weights_kept_for_the_next_sample_change_no_number(tmp_path, monkeypatch
     graph = load_onnx(str(write_llama(tmp_path, _SMALL, weights="random")))
     samples = [synthesize_inputs(graph, {}, seed=seed) for seed in (0, 1, 2)]
     results = {}
-    for hold in (emulator_module.HOLD_BYTES, 0):
-        monkeypatch.setattr(emulator_module, "HOLD_BYTES", hold)
+    for hold in (consts_module.HOLD_BYTES, 0):
+        monkeypatch.setattr(consts_module, "HOLD_BYTES", hold)
         emulator = _emulator(graph)
         refs = _watch_weights(graph)
         reads = []
@@ -295,7 +295,7 @@ def test_weights_kept_for_the_next_sample_change_no_number(tmp_path, monkeypatch
         assert not [r for r in refs if r() is not None] and emulator.held_bytes == 0
         assert emulator._ort._segments == {}
         results[hold] = dict(emulator.stats)
-    assert results[emulator_module.HOLD_BYTES] == results[0]
+    assert results[consts_module.HOLD_BYTES] == results[0]
 
 
 # ---- a child process: memory against the model's size ---------------------------------------------------------

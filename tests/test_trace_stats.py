@@ -10,7 +10,7 @@ import pytest
 
 from precaudit.dtypes import FORMATS
 from precaudit.trace import stats as stats_module
-from precaudit.trace.emulator import _local_floor
+from precaudit.trace.meter import _local_floor
 from precaudit.trace.stats import InputStats, ValueStats
 
 

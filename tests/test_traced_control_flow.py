@@ -239,6 +239,6 @@ def test_a_loop_of_a_constant_1e15_trips_is_refused_before_it_runs_and_the_other
         "traced mode: Loop 'loop' runs 1,000,000,000,000,000 times (a constant trip count and no condition), above "
         "traced mode's 10,000,000: audit it without --trace"]
     from precaudit.frontends.onnx import load_onnx as load
-    from precaudit.trace.emulator import check_loop_trips
+    from precaudit.trace.limits import check_loop_trips
 
     check_loop_trips(load(str(while_loop)))  # no error: its body's condition decides

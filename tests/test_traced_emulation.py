@@ -9,7 +9,7 @@ from onnx import helper as h
 
 from fixtures.onnx_builders import chain_model, model, save, tensor
 from precaudit.cli import main
-from precaudit.trace.emulator import round_fp16
+from precaudit.trace.rounding import round_fp16
 from tests.helpers import run_json
 
 

@@ -19,7 +19,7 @@ from fixtures.torch_exports import HF_CASES, ExportCase, _LastHiddenState, expor
 from precaudit.analysis.compute_dtype import DtypeResolver  # noqa: E402
 from precaudit.dtypes import FORMATS  # noqa: E402
 from precaudit.frontends.onnx import load_onnx  # noqa: E402
-from precaudit.trace import ort_engine  # noqa: E402
+from precaudit.trace import ort_engine, ort_weights  # noqa: E402
 from precaudit.trace.emulator import Emulator  # noqa: E402
 from precaudit.trace.inputs import synthesize_inputs  # noqa: E402
 from precaudit.trace.measure import attach_probes  # noqa: E402
@@ -53,7 +53,7 @@ def test_onnxruntime_runs_every_node_and_measures_what_numpy_measures(name, expo
     samples = [synthesize_inputs(graph, {}, seed=seed) for seed in (0, 1)]  # stats merge over samples alike
     fast = _run(graph, target, "onnxruntime", *samples)
     slow = _run(graph, target, "numpy", *samples)
-    assert fast.ran_on == {"onnxruntime": len(fast._steps), "numpy": 0}
+    assert fast.ran_on == {"onnxruntime": len(fast.plan.steps), "numpy": 0}
     segments = [s for s in fast._ort._segments.values() if s is not None]
     assert len(segments) > 5  # values really crossed sessions
     assert fast.stats.keys() == slow.stats.keys() and len(fast.stats) > 20
@@ -130,7 +130,7 @@ def test_a_node_onnxruntime_refuses_runs_on_numpy_alone(tmp_path, monkeypatch, s
     mixed = _run(graph, "fp16", "onnxruntime", feeds)
     # 0-7 is refused and halved: 0-3 runs; from 3 on, halved until node 3 stands alone and falls back to numpy
     assert tried[:6] == [(0, 7), (0, 3), (3, 8), (3, 5), (3, 4), (4, 9)]
-    assert mixed.ran_on == {"onnxruntime": len(mixed._steps) - 1, "numpy": 1}
+    assert mixed.ran_on == {"onnxruntime": len(mixed.plan.steps) - 1, "numpy": 1}
     slow = _run(graph, "fp16", "numpy", feeds)
     for vid, want in slow.stats.items():
         assert mixed.stats[vid].absmax == pytest.approx(want.absmax, rel=1e-4, abs=1e-6)
@@ -185,10 +185,11 @@ def test_onnxruntime_casts_round_as_ml_dtypes_bit_for_bit(fmt):
     from onnx import TensorProto as T
     from onnx import helper as h
 
-    from precaudit.trace.emulator import round_into
+    from precaudit.trace.ort_nodes import round_trip
+    from precaudit.trace.rounding import round_into
 
     narrow = {"fp16": T.FLOAT16, "bf16": T.BFLOAT16}[fmt]
-    graph = h.make_graph(ort_engine._round_trip("x", "y", narrow), "round", [h.make_tensor_value_info("x", T.FLOAT, None)],
+    graph = h.make_graph(round_trip("x", "y", narrow), "round", [h.make_tensor_value_info("x", T.FLOAT, None)],
                          [h.make_tensor_value_info("y", T.FLOAT, None)])
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     model.ir_version = 8
@@ -225,8 +226,8 @@ def test_weights_are_rounded_once_when_a_sample_follows(tmp_path, monkeypatch):
     with the weight; the last sample of a run, and a one-sample run, round it in the session. Same numbers as numpy."""
     graph = load_onnx(str(_weighted_chain(tmp_path)))
     rounds = []
-    real = ort_engine.OrtSegments._round
-    monkeypatch.setattr(ort_engine.OrtSegments, "_round", lambda self, data, narrow: rounds.append(data.shape)
+    real = ort_weights.WeightFeeder.round
+    monkeypatch.setattr(ort_weights.WeightFeeder, "round", lambda self, data, narrow: rounds.append(data.shape)
                         or real(self, data, narrow))
     samples = [{"x": np.random.default_rng(seed).standard_normal((4, 256)).astype(np.float32)} for seed in range(3)]
     fast = _run(graph, "fp16", "onnxruntime", *samples)
@@ -254,7 +255,7 @@ def test_a_measurement_error_on_the_second_thread_is_raised_by_the_run(tmp_path,
     graph = load_onnx(str(_weighted_chain(tmp_path)))
     resolver = DtypeResolver(graph, FORMATS["fp16"])
     emulator = Emulator(graph, resolver, engine="onnxruntime")
-    measured, real = [], Emulator._measure
+    measured, real = [], Emulator.measure
 
     def measure(self, step, *args):
         if step.node.name == "tanh":
@@ -262,7 +263,7 @@ def test_a_measurement_error_on_the_second_thread_is_raised_by_the_run(tmp_path,
         measured.append(step.node.name)
         return real(self, step, *args)
 
-    monkeypatch.setattr(Emulator, "_measure", measure)
+    monkeypatch.setattr(Emulator, "measure", measure)
     monkeypatch.setattr(ort_engine, "_FIRST_SEGMENT", 2)  # mm1 and tanh, then the rest: two segments
     with pytest.raises(InputError, match="took another path"):
         emulator.run({"x": np.ones((4, 256), np.float32)})

@@ -11,7 +11,8 @@ from ..analysis.compute_dtype import DtypeResolver
 from ..analysis.sites.base import Site
 from ..ir import Graph
 from ..options import TraceOptions
-from .emulator import Emulator, check_loop_trips
+from .emulator import Emulator
+from .limits import check_loop_trips
 from .inputs import iter_batches
 from .measure import attach_probes
 from .profile import TraceProfile, build_profile

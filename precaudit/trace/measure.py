@@ -64,7 +64,7 @@ def _variance_hook(site: Site, emulator: Emulator):
     node = site.node
     if node.op_type in ("LayerNormalization", "RMSNormalization") and node.domain in ("", "ai.onnx"):
         rms = node.op_type == "RMSNormalization"
-        round_stat = emulator.stat_rounding(node)
+        round_stat = emulator.plan.stat_rounding(node)
 
         def fused(stats):
             def hook(ref_args, emu_args, ref_outs, emu_outs):

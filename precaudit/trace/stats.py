@@ -33,7 +33,7 @@ class ValueStats:
     ref_nonfinite: int = 0  # inf or NaN in the reference itself
     ref_nan: int = 0  # NaN in the reference: a log or sqrt of a negative, 0/0 (the data's or the model's, any dtype)
     max_error: float = 0.0  # largest |emulated - reference| where both are finite
-    noise_floor: float = 0.0  # reference values at or below this are rounding noise (see Emulator._noise_floor)
+    noise_floor: float = 0.0  # reference values at or below this are rounding noise (see Meter._noise_floor)
 
     def add(self, ref: np.ndarray, emu: np.ndarray, noise_floor: float = 0.0) -> None:
         """Count one sample; reference values at or below noise_floor are cancellation noise, not underflow."""

@@ -1,0 +1,76 @@
+"""The compute spec of a node: how the emulated run computes it, decided for every node in one function."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..analysis.compute_dtype import DtypeResolver
+from ..dtypes import Format
+from ..ir import Node
+from .kernels import KernelContext
+from .rounding import round_into
+
+__all__ = ["ComputeSpec", "compute_spec", "kernel_context"]
+
+# Fused norms whose statistics dtype is the stash_type attribute, from this opset on (before it, the input's dtype).
+_STASH_NORMS = {"LayerNormalization": 17, "RMSNormalization": 23}
+_WIDE = ("fp32", "fp64")
+
+# The numpy kernels' context for a node that computes as they do: float32, nothing inside it rounded.
+_FLOAT32 = KernelContext(np.float32)
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    """How a node computes in the emulated run, beyond the formats its inputs and outputs are held in.
+
+    Every kernel computes in float32 on inputs that hold values of their formats, and its outputs are rounded into
+    theirs: what a GPU kernel does. fmt is the format the node computes in, as the resolver says (None for a node
+    without a float input). accumulate is the narrow format the node's inner statistics are rounded into (a fused
+    norm's stash_type); None: they stay float32, as the kernel keeps them. fused and flush_subnormals are for the
+    runtime models to come (one kernel for a chain of ops; subnormal results flushed to zero): no engine runs them
+    yet, and compute_spec leaves them False.
+    """
+
+    fmt: Format | None
+    accumulate: Format | None = None
+    fused: bool = False
+    flush_subnormals: bool = False
+
+
+def compute_spec(node: Node, resolver: DtypeResolver) -> ComputeSpec:
+    """The one place a node's compute spec is decided (a runtime's execution model plugs in here)."""
+    dtype = resolver.of_node(node)
+    fmt = dtype.fmt if dtype is not None else None
+    return ComputeSpec(fmt, _statistics_format(node, resolver, fmt))
+
+
+def _statistics_format(node: Node, resolver: DtypeResolver, fmt: Format | None) -> Format | None:
+    """A fused norm computes its statistics in its stash_type dtype (float32 by default), not the input's: that
+    format where it is narrow, else None."""
+    since = _STASH_NORMS.get(node.op_type)
+    if since is None or node.domain not in ("", "ai.onnx"):
+        return None
+    if node.opset is not None and node.opset < since:
+        stats = fmt
+    else:
+        stash = node.attrs.get("stash_type")
+        dtype = resolver.of_stash(node, None if stash is None else int(stash), "")
+        stats = dtype.fmt if dtype is not None else None
+    return None if stats is None or stats.name in _WIDE else stats
+
+
+def kernel_context(spec: ComputeSpec) -> KernelContext:
+    """The numpy kernels' context that computes a node as its spec says."""
+    if spec.fused or spec.flush_subnormals:
+        raise NotImplementedError("fused kernels and flushed subnormals have no emulation yet")
+    accumulate = spec.accumulate
+    if accumulate is None:
+        return _FLOAT32
+
+    def round_stat(a: np.ndarray, f: Format = accumulate) -> np.ndarray:
+        return round_into(np.asarray(a), f)
+
+    return KernelContext(np.float32, round_stat=round_stat)
