@@ -52,8 +52,8 @@ def test_a_worker_that_dies_is_that_models_error(tmp_path, capsys):
     out = tmp_path / "report.txt"
     assert main([f"{source}:dies", str(good), f"{source}:norm", "-j", "2", "-o", str(out)]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err == [f"precaudit: {source}:dies: the process auditing it died (a crash in native code, or the "
-                   "model's code called os._exit)"]
+    assert err == [f"precaudit: {source}:dies: the process auditing it exited with code 3 before it gave a result "
+                   "(os._exit or a signal in the user's code, or a crash in native code)"]
     report = out.read_text()
     assert "PA101" in report and "2 models" in report
 
