@@ -53,7 +53,7 @@ def test_explain_prints_the_worked_example_and_fix(name, capsys):
     assert "The epsilon rounds to zero in the dtype it is computed in." in out
     assert "    eps in float16            = 0.0        (smallest float16 subnormal is 5.96e-8)" in out
     assert "    (x - mean) / sqrt(var + eps) = 0 / sqrt(0 + 0) = 0 / 0 = NaN" in out
-    assert ("Fix:\n  Raise <eps_role> to at least <fmt_smallest_normal>, the smallest normal <compute_dtype>, "
+    assert ("Fix:\n  Raise <eps_role> to at least <eps_floor>, the smallest normal <eps_dtype>, "
             "or keep this node in float32") in out
     assert "References:\n  https://onnx.ai/onnx/operators/onnx__LayerNormalization.html" in out
 

@@ -28,7 +28,8 @@ _LAYER_NORMS = {("", "LayerNormalization"), ("", "SimplifiedLayerNormalization")
 SKIP_HALF = Fact(
     "skip-layer-norm-fp16-accumulator", "SkipLayerNormalization and SkipSimplifiedLayerNormalization sum x and x² in "
     "float16 and round eps to float16: mean(x²) overflows once a row's RMS passes 256, and the output is all "
-    "zeros (issue #29034)", "onnxruntime contrib_ops/cuda/bert/skip_layer_norm_impl.cu before PR #28682; issue #29034 "
+    "zeros (issue #29034; fixed in 1.27, and before it ORT_ENABLE_SKIP_LAYER_NORM_STRICT_MODE=1 computes them in "
+    "float32)", "onnxruntime contrib_ops/cuda/bert/skip_layer_norm_impl.cu before PR #28682; issue #29034 "
     "(1.24.2)", until="1.27")
 SKIP_FLOAT = Fact(
     "skip-layer-norm-fp32-accumulator", "SkipLayerNormalization and SkipSimplifiedLayerNormalization accumulate in "

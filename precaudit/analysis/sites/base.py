@@ -18,9 +18,10 @@ __all__ = ["Site", "FACT_NAMES", "PATTERN_FACTS", "OP_SITES"]
 # Single ops audited for what they do with their input; the site kind is the lower-case op name.
 OP_SITES = {"Softmax", "LogSoftmax", "Log", "Sqrt", "Reciprocal", "Div", "Exp", "Pow"}
 
-_DTYPE_FACTS = {"compute_dtype", "compute_reason", "target_dtype", "target_ulp_at_1", *FORMATS["fp32"].numbers()}
+_DTYPE_FACTS = {"compute_dtype", "compute_reason", "target_dtype", "target_ulp_at_1", "runtime", "compute_fact",
+                "compute_source", *FORMATS["fp32"].numbers()}
 _EPS_FACTS = {"has_eps", "eps", "eps_converted", "eps_rounded", "eps_class", "eps_source", "eps_role",
-              "eps_placement", "keep_hint"}
+              "eps_placement", "keep_hint", "eps_dtype", "eps_floor"}
 _OP_FACTS = {"op", "input_op", "input_class", "in_norm_chain", "selected_by_where", *_DTYPE_FACTS}
 FACT_NAMES: dict[str, set[str]] = {
     "norm": {"norm", "op", "missing_note", "stat_dtype", "stat_square_overflow", "stat_floor", *_EPS_FACTS,

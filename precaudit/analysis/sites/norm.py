@@ -39,9 +39,12 @@ def _norm_site(node: Node, spec: NormSpec, resolver: DtypeResolver) -> Site | No
         eps, source = float(node.attrs[spec.eps_attr]), f"attribute {spec.eps_attr}"
     else:
         eps, source = spec.eps_default, f"attribute {spec.eps_attr} absent: default {spec.eps_default:g}"
+    # a fused kernel chooses its own accumulation; a runtime model may say it squares in a narrow dtype
+    narrow = dtype.fact is not None and dtype.fmt.name not in ("fp32", "fp64")
     facts = {"norm": _family(node, spec), "op": node.op_type, "eps_source": source, "eps_role": spec.eps_role,
              "keep_hint": node.op_type, "eps_placement": spec.placement, "missing_note": "",
-             "stat_dtype": None, "stat_square_overflow": None,  # fused kernels choose their own accumulation
+             "stat_dtype": dtype.fmt.long_name if narrow else None,
+             "stat_square_overflow": dtype.fmt.square_overflow if narrow else None,
              "stat_floor": _running_var_floor(node), **eps_facts(eps, dtype), **dtype_facts(dtype, resolver)}
     return Site("norm", node, facts)
 
@@ -71,6 +74,9 @@ def _family(node: Node, spec: NormSpec) -> str:
 
 
 def _norm_dtype(node: Node, spec: NormSpec, resolver: DtypeResolver) -> ComputeDtype | None:
+    decided = resolver.statistics_by_runtime(node)  # the runtime's kernel, where the model knows it
+    if decided is not None:
+        return decided
     # a stash_type on an op whose spec has none comes from the torch frontend (PyTorch's float32 statistics)
     torch_stash = spec.stash_since is None and "stash_type" in node.attrs
     if torch_stash or spec.stash_since is not None and (node.opset is None or node.opset >= spec.stash_since):
