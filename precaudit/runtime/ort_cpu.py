@@ -27,6 +27,10 @@ WIDENING_NORMS = frozenset({("", "LayerNormalization"), ("", "SimplifiedLayerNor
 FP16_KERNELS = WIDENING_NORMS | frozenset(("", op) for op in (
     "Clip", "Max", "Min", "Transpose", "Cast", "Concat", "Reshape", "Gather", "Slice", "Expand", "Round", "IsNaN"))
 
+# ops onnxruntime inlines from their ONNX function body instead of wrapping in Casts, per opset: Relu-14 read at
+# opsets 18 to 20 becomes Max(x, 0), a float16 kernel (measured on 1.32.0; at 13, 14 and 21 it is cast-wrapped)
+INLINED_FP16 = {("", "Relu"): (18, 21)}
+
 CAST_FALLBACK = Fact(
     "cast-fallback", "an op with no float16 kernel runs its float32 kernel between Casts onnxruntime inserts",
     "onnxruntime core/optimizer/insert_cast_transformer.cc (InsertCastTransformer); measured: 71 one-node float16 "
@@ -38,6 +42,10 @@ CHAINS_STAY_FP32 = Fact(
 ISOLATED = Fact(
     "isolated-fp16-node", "a float16-capable op whose neighbours all run in float32 runs in float32 too",
     "onnxruntime core/optimizer/insert_cast_transformer.cc (IsIsolatedFp16Node, force_cpu_fp32_)")
+INLINED = Fact(
+    "relu-inlined-as-max", "Relu read at opsets 18 to 20 is inlined from its function body as Max(x, 0), a float16 "
+    "kernel: beside another float16 kernel it computes in float16", "measured on onnxruntime 1.32.0 (ORT_DISABLE_ALL "
+    "and ORT_ENABLE_ALL); onnx Relu-14's function body")
 NORMS_WIDEN = Fact(
     "norms-widen", "LayerNormalization, SimplifiedLayerNormalization, SkipLayerNormalization, "
     "SkipSimplifiedLayerNormalization and RMSNormalization compute their statistics in float32 whatever stash_type "
@@ -57,7 +65,7 @@ class OrtCpu(Runtime):
     name = "ort-cpu"
     title = "onnxruntime CPU"
     versions = ("1.32",)
-    facts = (CAST_FALLBACK, CHAINS_STAY_FP32, ISOLATED, NORMS_WIDEN, NO_FLUSH, NO_BF16)
+    facts = (CAST_FALLBACK, CHAINS_STAY_FP32, ISOLATED, INLINED, NORMS_WIDEN, NO_FLUSH, NO_BF16)
 
     def kernel(self, node: Node, held: Format, graph: Graph) -> Kernel | None:
         op = (node.domain or "", node.op_type)
@@ -65,15 +73,16 @@ class OrtCpu(Runtime):
             return Kernel(NORMS_WIDEN, statistics="fp32")
         if held.name != "fp16" or node.bodies:
             return None
-        if op not in FP16_KERNELS:
+        if not _fp16_kernel(node):
             return Kernel(CAST_FALLBACK, compute="fp32")
         if _isolated(node, graph):
             return Kernel(ISOLATED, compute="fp32")
         return None
 
     def widened(self, value: Value, graph: Graph) -> Fact | None:
+        # (a graph output read by such ops too is rounded only where it leaves the graph: its readers get float32)
         producer = value.producer
-        if producer is None or not value.consumers or value in graph.outputs:
+        if producer is None or not value.consumers:
             return None
         if not _wrapped(producer, graph) or not all(_wrapped(c, graph) for c in value.consumers):
             return None
@@ -82,7 +91,15 @@ class OrtCpu(Runtime):
 
 def _needs_casts(node: Node) -> bool:
     """Runs a float32 kernel between Casts when it reads float16 (no float16 kernel, no body)."""
-    return (node.domain or "", node.op_type) not in FP16_KERNELS and not node.bodies
+    return not _fp16_kernel(node) and not node.bodies
+
+
+def _fp16_kernel(node: Node) -> bool:
+    op = (node.domain or "", node.op_type)
+    if op in FP16_KERNELS:
+        return True
+    span = INLINED_FP16.get(op)
+    return span is not None and node.opset is not None and span[0] <= node.opset < span[1]
 
 
 def _wrapped(node: Node, graph: Graph) -> bool:

@@ -41,7 +41,8 @@ class ComputeSpec:
 
 
 def compute_spec(node: Node, resolver: DtypeResolver) -> ComputeSpec:
-    """The one place a node's compute spec is decided (a runtime's execution model plugs in here)."""
+    """The one place a node's compute spec is decided: the resolver's dtype, which the runtime model (--runtime) has
+    already decided where it knows the kernel, and the statistics of a fused norm."""
     dtype = resolver.of_node(node)
     fmt = dtype.fmt if dtype is not None else None
     return ComputeSpec(fmt, _statistics_format(node, resolver, fmt))
@@ -50,6 +51,9 @@ def compute_spec(node: Node, resolver: DtypeResolver) -> ComputeSpec:
 def _statistics_format(node: Node, resolver: DtypeResolver, fmt: Format | None) -> Format | None:
     """A fused norm computes its statistics in its stash_type dtype (float32 by default), not the input's: that
     format where it is narrow, else None."""
+    decided = resolver.statistics_by_runtime(node)  # a runtime's kernel (float16 sums in SkipLayerNormalization)
+    if decided is not None:
+        return None if decided.fmt.name in _WIDE else decided.fmt
     since = _STASH_NORMS.get(node.op_type)
     if since is None or node.domain not in ("", "ai.onnx"):
         return None
