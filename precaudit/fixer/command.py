@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from typing import Any
 
 from ..config import load_settings
 from ..dtypes import format_named
 from ..errors import InputError
+from ..escape import printable
 from ..options import TraceOptions, check_number, shown
 
 __all__ = ["fix_report", "run_checked", "check_data_floor"]
@@ -21,6 +23,9 @@ def fix_report(model: str, given: dict, output: str | None, dry_run: bool, min_e
     ignore, converter), over the pyproject."""
     settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
     result = run_checked(model, settings, output, dry_run, min_eps, inputs, trace, tolerance, data_floor)
+    reason = result.reason()
+    if reason is not None:  # what exit 1 means, where a script's log shows it (the report goes to stdout)
+        sys.stderr.write(f"precaudit: {printable(model)}: {printable(reason)}\n")
     return (result.to_json() if output_format == "json" else result.to_text()), result.exit_code
 
 

@@ -79,14 +79,40 @@ class FixResult:
                 and not self.withheld and not self.problems)
 
     @property
+    def errors_left(self) -> list[Finding]:
+        """The error findings a run that wrote nothing leaves as they were (none after a dry run: it was asked for
+        a plan only)."""
+        if self.dry_run or self.written:
+            return []
+        return [f for f in self.before if f.severity == "error"]
+
+    @property
     def exit_code(self) -> int:
-        """0 written and checked on the user's inputs (or nothing to write); 1 a repair withheld or a check failed;
-        3 written, but its float32 check ran on synthesized inputs only, or could not run."""
-        if self.problems or self.withheld:
+        """0 written and checked on the user's inputs (or nothing to write and no error left); 1 a repair withheld,
+        a check failed, or nothing written while error findings remain (as `ruff --fix` exits 1 when violations
+        remain); 3 written, but its float32 check ran on synthesized inputs only, or could not run."""
+        if self.problems or self.withheld or self.errors_left:
             return 1
         if self.written and not self.verified:
             return 3
         return 0
+
+    def reason(self) -> str | None:
+        """Why the exit code is 1, in one line (for stderr); None otherwise."""
+        if self.exit_code != 1:
+            return None
+        if self.problems:
+            more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+            return f"the fixed model was not written: {self.problems[0]}{more}"
+        if self.withheld:
+            first = self.withheld[0]
+            what = "the other repairs written" if self.written else "no model written"
+            return (f"{len(self.withheld)} repair{'s' * (len(self.withheld) != 1)} withheld ({first.kind} at "
+                    f"'{first.node.name}': {first.withheld}); {what}")
+        left = self.errors_left
+        shown = ", ".join(f"{f.rule_id} at '{f.node_name}'" for f in left[:3]) + (" ..." if len(left) > 3 else "")
+        return (f"nothing repaired and {len(left)} error finding{'s' * (len(left) != 1)} "
+                f"remain{'s' * (len(left) == 1)} ({shown}): no model written")
 
 
 @dataclass
