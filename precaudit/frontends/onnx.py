@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import heapq
 import os
 import re
 import sys
@@ -54,12 +55,21 @@ def load_onnx(path: str) -> Graph:
         del model
         model = _infer_shapes_of_bytes(path, data)
     del data
-    return _build(path, model_dir, model)
+    try:
+        return _build(path, model_dir, model)
+    except _ReadLater:
+        # a body reads an outer value that a later node of its parent makes: onnxruntime runs such a model (its
+        # float16 converter writes one, the Cast back to float16 of a kept node's output placed last); read it
+        # in the order onnxruntime runs it
+        _sort_for_bodies(model.graph)
+        return _build(path, model_dir, _infer_shapes(model), resorted=True)
 
 
-def _build(path: str, model_dir: Path, model: onnx.ModelProto, declared_only: bool = False) -> Graph:
+def _build(path: str, model_dir: Path, model: onnx.ModelProto, declared_only: bool = False,
+           resorted: bool = False) -> Graph:
     opsets = {_domain(text(imp.domain)): imp.version for imp in model.opset_import}
     builder = _Builder(path, model_dir, opsets, declared_only)
+    builder.resorted = resorted
     graph = Graph(path=path, producer_name=text(model.producer_name))
     builder.build(model.graph, graph, scope={}, subgraph_path="")
     graph.acyclic = True  # the builder refused any value read before it was defined
@@ -69,6 +79,51 @@ def _build(path: str, model_dir: Path, model: onnx.ModelProto, declared_only: bo
 
 class _Undeclared(Exception):
     """A node output without a declared tensor type and shape, or a control-flow body: inference is needed."""
+
+
+class _ReadLater(Exception):
+    """A body reads a value no earlier node defines: perhaps a later node of an outer graph (see load_onnx)."""
+
+
+def _sort_for_bodies(gp: onnx.GraphProto) -> None:
+    """Order each graph's nodes (bodies first) so that a node follows every node making a value it or its bodies
+    read, keeping the file's order otherwise; a graph with a cycle is left as it is."""
+    def bodies(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+        return [g for a in node.attribute for g in ([a.g] if a.HasField("g") else list(a.graphs))]
+
+    def reads(node: onnx.NodeProto) -> set[str]:
+        names, todo = set(node.input), bodies(node)
+        while todo:
+            body = todo.pop()
+            for inner in body.node:
+                names.update(inner.input)
+                todo += bodies(inner)
+        return names
+
+    for node in gp.node:
+        for body in bodies(node):
+            _sort_for_bodies(body)
+    nodes = list(gp.node)
+    maker = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    waiting = [0] * len(nodes)
+    readers: list[list[int]] = [[] for _ in nodes]
+    for i, n in enumerate(nodes):
+        for j in {maker[x] for x in reads(n) if x in maker and maker[x] != i}:
+            waiting[i] += 1
+            readers[j].append(i)
+    ready = [i for i, w in enumerate(waiting) if not w]
+    heapq.heapify(ready)  # the earliest ready node first: the file's order wherever it is a valid one
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for k in readers[i]:
+            waiting[k] -= 1
+            if not waiting[k]:
+                heapq.heappush(ready, k)
+    if len(order) == len(nodes) and order != list(range(len(nodes))):  # (a cycle is left for the builder to name)
+        del gp.node[:]
+        gp.node.extend(nodes[i] for i in order)
 
 
 def _domain(name: str) -> str:
@@ -185,6 +240,7 @@ class _Builder:
         self._noted: set[str] = set()  # external data files already recorded as read (files.note_read)
         self._root: onnx.GraphProto | None = None
         self._taken: set[str] | None = None  # every name the file gives a node, read at the first unnamed node
+        self.resorted = False  # the nodes were put in the order onnxruntime runs them (load_onnx)
 
     def _explicit_names(self) -> set[str]:
         """The names the file gives its nodes, bodies included (iterative): what a generated name must not be."""
@@ -373,6 +429,8 @@ class _Builder:
         return attrs, bodies, body_attrs
 
     def _missing(self, node: Node, iname: str) -> NoReturn:
+        if node.subgraph_path and not self.resorted:
+            raise _ReadLater(iname)
         # Auditing around the gap would judge nodes by a dtype and a producer nobody can know; say so.
         raise InputError(self.path, f"the graph is invalid: node '{node.name}' ({node.op_type}) reads "
                                     f"'{iname}', which no graph input, initializer or earlier node defines "
