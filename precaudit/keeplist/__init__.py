@@ -94,6 +94,8 @@ class KeepList:
         check = self.snippet_check
         if check is not None and check.ran and not check.ok:
             return 1
+        if self.alternative and not self.verified:  # the list printed leaves out what a finding needs kept
+            return 1
         if self.verification is not None:
             if not self.verified:
                 return 1
@@ -102,6 +104,26 @@ class KeepList:
         if check is None or not check.ran:
             return 3
         return 0
+
+    def reason(self) -> str | None:
+        """Why the exit code is 1, in one line (for stderr); None otherwise."""
+        if self.exit_code != 1:
+            return None
+        check = self.snippet_check
+        if check is not None and check.ran and not check.ok:
+            why = check.problem or (f"the converted model still has {check.errors[0]}" if check.errors else
+                                    "the converted model's outputs are inf/NaN where float32's are not")
+            return f"NOT verified: {why}"
+        if self.alternative:
+            return f"NOT verified: {self.alternative}"
+        final = self.verification.final if self.verification is not None else None
+        if self.verification is not None and self.verification.stopped:
+            return f"NOT verified: {self.verification.stopped}"
+        if final is not None and not final.finite:
+            return "NOT verified: an emulated output is inf/NaN with the list kept"
+        if final is not None:
+            return f"NOT verified: emulated output error {final.error:.3g}, beyond --tolerance {self.tolerance:g}"
+        return "NOT verified: the converted model's output error is beyond --tolerance"
 
     @property
     def nodes(self) -> list[Node]:

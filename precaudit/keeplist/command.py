@@ -7,6 +7,7 @@ import sys
 from ..config import load_settings
 from ..dtypes import format_named
 from ..errors import InputError
+from ..escape import printable
 from ..options import TorchOptions, TraceOptions, check_choice, check_int, check_number
 
 __all__ = ["keep_list_report", "build_checked", "check_printed"]
@@ -20,6 +21,9 @@ def keep_list_report(model: str, given: dict, target_for: str | None, torch_opti
     settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
     keep = build_checked(model, settings, target_for, torch_options, trace, tolerance, max_runs,
                          progress=_progress if trace is not None and trace.progress else None, dims=dims)
+    reason = keep.reason()
+    if reason is not None:  # what exit 1 means, where a script's log shows it (the report goes to stdout or -o)
+        sys.stderr.write(f"precaudit: {printable(model)}: {printable(reason)}\n")
     return (keep.to_json() if output_format == "json" else keep.to_text()), keep.exit_code
 
 
@@ -57,9 +61,11 @@ def build_checked(model: str, settings, target_for: str | None, torch_options: T
 
 
 def check_printed(keep, rules) -> None:
-    """Run the snippet as printed; where the converter turns the list into a model onnxruntime refuses and the list
-    keeps control flow (a converter that cannot block an If), try the list without it, and print that one if its
-    model loads: the hazard inside the body then stays in the narrow dtype, and the verdict says so."""
+    """Run the snippet as printed. Where the converter turns the list into a model onnxruntime refuses, look for a
+    list it can convert: without the control-flow nodes and their bodies' nodes it holds (a converter that cannot
+    block an If), without the kept nodes whose outputs a body reads from outside (a read the converter leaves
+    uncast), or without both; print the first whose model loads, and say what was left out and why. The hazard
+    there then stays in the narrow dtype, and only a run of the real model on inputs can verify it."""
     from .render import keep_args, snippet
     from .snippet_run import check_snippet
 
@@ -70,24 +76,59 @@ def check_printed(keep, rules) -> None:
 
     run()
     first = keep.snippet_check
-    flow = [n for n in keep.nodes if n.bodies or n.subgraph_path]
-    if first is None or first.loads is not False or not flow:
+    if first is None or first.loads is not False:
         return
+    flow = [n for n in keep.nodes if n.bodies or n.subgraph_path]
+    outer = _read_by_bodies(keep)
+    tries = [t for t in (flow, outer, _union(flow, outer) if flow and outer else []) if t]
+    listed = {id(e): list(e.nodes) for e in keep.entries}
+    for left_out in tries:
+        held = {id(n) for n in left_out}
+        for entry in keep.entries:
+            entry.nodes = [n for n in listed[id(entry)] if id(n) not in held]
+        run()
+        if keep.snippet_check.loads:
+            keep.alternative = (f"the list with {_names(left_out)} kept: {first.problem}; printed instead: the list "
+                                f"without them ({_why(left_out, flow)}), whose model loads, but the hazard there "
+                                f"stays in {keep.target.long_name}")
+            return
+    if not tries:
+        return
+    names = _names(_union(flow, outer))
+    keep.alternative = (f"no list this converter turns into a model onnxruntime loads keeps {names}: "
+                        f"{first.problem}; try --for modelopt (it keeps a blocked If whole) or precaudit fix "
+                        "for the hazard there")
+
+
+def _read_by_bodies(keep) -> list:
+    """The kept nodes of each graph whose outputs an If/Loop/Scan body reads by name from outside."""
+    from ..ir import implicit_inputs
+
+    kept = {id(n) for n in keep.nodes}
+    found: dict[int, object] = {}
+    for node in keep.graph.nodes:
+        if node.bodies:
+            for value in implicit_inputs(node):
+                if value.producer is not None and id(value.producer) in kept:
+                    found.setdefault(id(value.producer), value.producer)
+    return [n for n in keep.nodes if id(n) in found]
+
+
+def _union(a: list, b: list) -> list:
+    return list({id(n): n for n in [*a, *b]}.values())
+
+
+def _names(nodes: list) -> str:
+    return ", ".join(f"'{n.name}'" for n in nodes[:3]) + (" and more" if len(nodes) > 3 else "")
+
+
+def _why(left_out: list, flow: list) -> str:
     held = {id(n) for n in flow}
-    removed = []
-    for entry in keep.entries:
-        if any(id(n) in held for n in entry.nodes):
-            removed.append(entry)
-            entry.nodes = [n for n in entry.nodes if id(n) not in held]
-    run()
-    names = ", ".join(f"'{n.name}'" for n in flow[:3]) + (" and more" if len(flow) > 3 else "")
-    if keep.snippet_check.loads:
-        keep.alternative = (f"the list with {names} kept: {first.problem}; printed instead: the list without them, "
-                            f"whose model loads, but the hazard inside stays in {keep.target.long_name}")
-    else:
-        keep.alternative = (f"no list this converter turns into a model onnxruntime loads keeps {names}: "
-                            f"{first.problem}; try --for modelopt (it keeps a blocked If whole) or precaudit fix "
-                            "for the hazard inside")
+    if all(id(n) in held for n in left_out):
+        return "control flow, which this converter cannot block"
+    if not any(id(n) in held for n in left_out):
+        return "their outputs are read inside an If/Loop body, which this converter leaves uncast"
+    return "control flow, and nodes whose outputs a body reads, which this converter cannot keep"
 
 
 def _progress(message: str) -> None:

@@ -208,7 +208,8 @@ def _snippet_lines(keep: KeepList) -> list[str]:
         lines.append(f"  snippet: {printable(check.how)}")
         return lines
     if check.loads is False or check.problem:
-        lines.append(f"  snippet FAILS as printed ({printable(check.how)}): {printable(check.problem or '')}")
+        lines.append(f"  NOT verified: {printable(check.problem or '')} (the snippet run as printed, "
+                     f"{printable(check.how)})")
         return lines
     measured = ""
     if check.error is not None:
