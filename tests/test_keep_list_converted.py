@@ -121,3 +121,34 @@ def test_a_crash_of_onnxruntime_on_the_converted_model_is_not_verified_and_the_r
     assert ("  NOT verified: onnxruntime crashed (signal 11) loading the converted model (the snippet run as printed, "
             "ran with the installed onnxruntime)\n") in text
     assert "node_block_list=['mean', 'sub', 'pow', 'var', 'add_eps', 'sqrt', 'div']," in text
+
+
+def test_the_snippet_writes_where_its_output_path_says_never_beside_the_input(tmp_path, capsys):
+    """The model's folder gets nothing: the snippet's first line names the file it writes (in the folder it runs
+    in, unless set), and the AutoCast command says it with --output_path."""
+    import subprocess
+    import sys
+
+    from fixtures.onnx_builders import decomposed_layernorm, save
+
+    models, work = tmp_path / "models", tmp_path / "work"
+    models.mkdir()
+    work.mkdir()
+    model = save(decomposed_layernorm(1e-12, dtype="fp32", opset=14)[0], models / "ln.onnx")
+    for target in ("onnxruntime", "onnxconverter-common"):
+        _, keep, _ = _keep(tmp_path, capsys, model, "--for", target)
+        snippet = keep["snippet"]
+        first = "OUTPUT_PATH = 'ln.fp16.onnx'  # where the converted model is written: set it to your own path"
+        assert snippet.splitlines()[0] == first
+        subprocess.run([sys.executable, "-I", "-c", snippet], cwd=work, check=True, capture_output=True)
+        assert sorted(p.name for p in work.iterdir()) == ["ln.fp16.onnx"]
+        (work / "ln.fp16.onnx").unlink()
+        chosen = tmp_path / f"{target}.onnx"
+        subprocess.run([sys.executable, "-I", "-c", snippet.replace(first, f"OUTPUT_PATH = {str(chosen)!r}")],
+                       cwd=work, check=True, capture_output=True)
+        assert chosen.exists() and not list(work.iterdir())
+    assert sorted(p.name for p in models.iterdir()) == ["ln.onnx"]
+    _, keep, _ = _keep(tmp_path, capsys, model, "--for", "modelopt")
+    command = next(line for line in keep["snippet"].splitlines() if line.startswith("python -m modelopt"))
+    assert command.endswith("--data_max inf --output_path ln.fp16.onnx")
+    assert "\nOUTPUT_PATH = 'ln.fp16.onnx'  #" in keep["snippet"] and "onnx.save(model, OUTPUT_PATH)" in keep["snippet"]

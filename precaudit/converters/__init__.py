@@ -167,14 +167,21 @@ class KeepArgs:
     modules: list[str] = field(default_factory=list)  # PyTorch: module paths
     fx_nodes: list[str] = field(default_factory=list)  # PyTorch: torch.export (FX) node names
     keep_io: bool = False  # graph inputs and outputs stay float32 (keep_io_types=True): their range needs it
-    out_path: str | None = None  # where the snippet saves, when not next to the model (keep-list's own run)
+    out_path: str | None = None  # where the snippet saves (keep-list's own run: a scratch folder)
 
     @property
     def out(self) -> str:
+        """Where the converted model goes: the model's file name with .fp16.onnx, in the folder the snippet runs in
+        (never beside the input by default: that folder may be one the user cannot or should not write)."""
         if self.out_path is not None:
             return self.out_path
-        stem = self.model[:-5] if self.model.endswith(".onnx") else self.model
+        name = self.model.replace("\\", "/").rsplit("/", 1)[-1]
+        stem = name[:-5] if name.endswith(".onnx") else name
         return f"{stem}.{self.dtype}.onnx"
+
+    def output_line(self) -> str:
+        """The snippet's first line: the variable every save in it writes to, for the user to set."""
+        return f"OUTPUT_PATH = {self.out!r}  # where the converted model is written: set it to your own path"
 
     def load(self) -> str:
         if not self.large:
@@ -218,11 +225,13 @@ class KeepArgs:
                 "            seen.add(node.name)"]
 
     def save(self, path: str | None = None) -> str:
-        path = path or self.out
+        """Python saving `model`: to path, or (None) to OUTPUT_PATH, the variable at the top of the snippet."""
+        target = repr(path) if path is not None else "OUTPUT_PATH"
         if not self.large:
-            return f"onnx.save(model, {path!r})"
-        return (f"onnx.save(model, {path!r}, save_as_external_data=True, "
-                f"location={path.rsplit('/', 1)[-1] + '.data'!r})")
+            return f"onnx.save(model, {target})"
+        location = repr(path.rsplit('/', 1)[-1] + '.data') if path is not None else \
+            "os.path.basename(OUTPUT_PATH) + '.data'"
+        return f"onnx.save(model, {target}, save_as_external_data=True, location={location})"
 
     def named_copy(self) -> tuple[list[str], str]:
         """For a converter that reads the model from a path: Python writing a copy with every node named, and the

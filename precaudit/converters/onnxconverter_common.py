@@ -46,7 +46,9 @@ CONVERTER = Converter(
 def paste(args: KeepArgs) -> str:
     """Python that converts the model with the list kept in float32 (the default list kept too)."""
     ops = py_list(args.op_types)
-    lines = ["import onnx",
+    lines = [args.output_line(),
+             *(["import os"] if args.large else []),
+             "import onnx",
              "from onnxconverter_common import float16",
              "",
              args.load(),
