@@ -152,3 +152,55 @@ def test_the_snippet_writes_where_its_output_path_says_never_beside_the_input(tm
     command = next(line for line in keep["snippet"].splitlines() if line.startswith("python -m modelopt"))
     assert command.endswith("--data_max inf --output_path ln.fp16.onnx")
     assert "\nOUTPUT_PATH = 'ln.fp16.onnx'  #" in keep["snippet"] and "onnx.save(model, OUTPUT_PATH)" in keep["snippet"]
+
+
+def _dithered_norm(path: Path) -> Path:
+    """x + RandomUniform dither → a LayerNorm whose eps 1e-12 is 0.0 in float16 (its chain is the list)."""
+    from onnx import numpy_helper
+
+    vi = lambda name: h.make_tensor_value_info(name, T.FLOAT, [1, 8])  # noqa: E731
+    nodes = [h.make_node("RandomUniform", [], ["noise"], name="noise", shape=[1, 8], low=-0.01, high=0.01,
+                         dtype=T.FLOAT, seed=0.0),
+             h.make_node("Add", ["x", "noise"], ["xn"], name="dither"),
+             h.make_node("ReduceMean", ["xn"], ["m"], name="mean", axes=[-1]),
+             h.make_node("Sub", ["xn", "m"], ["c"], name="sub"),
+             h.make_node("Mul", ["c", "c"], ["sq"], name="square"),
+             h.make_node("ReduceMean", ["sq"], ["v"], name="var", axes=[-1]),
+             h.make_node("Add", ["v", "eps"], ["ve"], name="add_eps"),
+             h.make_node("Sqrt", ["ve"], ["s"], name="sqrt"),
+             h.make_node("Div", ["c", "s"], ["y"], name="div")]
+    graph = h.make_graph(nodes, "dither", [vi("x")], [vi("y")],
+                         [numpy_helper.from_array(np.array(1e-12, np.float32), "eps")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "onnxconverter-common"])
+def test_a_node_the_runtime_cannot_run_in_float16_joins_the_list(target, tmp_path, capsys):
+    """Both converters make RandomUniform float16, which onnxruntime cannot run (no kernel; onnxconverter-common's
+    leaves its dtype float32 besides): the snippet as printed failed to load. Running it shows the node, which the
+    list then keeps, and the snippet printed (default block list untouched) writes a model onnxruntime runs."""
+    import subprocess
+    import sys
+
+    import onnxruntime as ort
+
+    model = _dithered_norm(tmp_path / "dither.onnx")
+    code, keep, err = _keep(tmp_path, capsys, model, "--for", target)
+    assert code == 0 and err == ""
+    runtime = [e for e in keep["entries"] if e["source"] == "runtime"]
+    assert [e["nodes"] for e in runtime] == [["noise"]]
+    assert runtime[0]["reasons"][0].startswith("onnxruntime cannot run 'noise' (RandomUniform) as the converter "
+                                               "writes it (")
+    assert keep["arguments"]["node_block_list"] == ["noise", "mean", "sub", "square", "var", "add_eps", "sqrt", "div"]
+    snippet = keep["snippet"]
+    if target == "onnxruntime":
+        assert "op_block_list" not in snippet  # onnxruntime's own default list stays in force
+    else:
+        assert "op_block_list=float16.DEFAULT_OP_BLOCK_LIST + []," in snippet
+    subprocess.run([sys.executable, "-I", "-c", snippet], cwd=tmp_path, check=True, capture_output=True)
+    session = ort.InferenceSession(str(tmp_path / "dither.fp16.onnx"))
+    [y] = session.run(None, {"x": np.linspace(-1, 1, 8, dtype=np.float16).reshape(1, 8)})
+    assert y.dtype == np.float16 and np.isfinite(y).all()

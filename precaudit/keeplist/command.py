@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 from ..config import load_settings
@@ -75,6 +76,10 @@ def check_printed(keep, rules) -> None:
                                            frozenset((f.rule_id, f.node_name) for f in keep.not_fixed))
 
     run()
+    for _ in range(_MOST_UNRUNNABLE):  # a node the runtime has no low-dtype kernel for, as the converter writes it
+        if not _keep_unrunnable(keep):
+            break
+        run()
     first = keep.snippet_check
     if first is None or first.loads is not False:
         return
@@ -98,6 +103,36 @@ def check_printed(keep, rules) -> None:
     keep.alternative = (f"no list this converter turns into a model onnxruntime loads keeps {names}: "
                         f"{first.problem}; try --for modelopt (it keeps a blocked If whole) or precaudit fix "
                         "for the hazard there")
+
+
+_MOST_UNRUNNABLE = 16  # nodes added one per snippet run: a converted model refused for more is said as it is
+# onnxruntime's refusal of a node it has no kernel for in the converted dtype (RandomUniform in float16), and
+# onnxruntime's type check of a node the converter retyped but whose dtype attribute it left float32
+_NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\(\d+\) node with name '(.*?)'")
+_RETYPED = re.compile(r"of output arg \(.*?\) of node \((.*?)\) does not match expected type")
+
+
+def _keep_unrunnable(keep) -> bool:
+    """Where onnxruntime refuses the converted model for one node it cannot run as the converter wrote it, keep
+    that node in float32 too (an entry of its own, found by running the snippet as printed). False when the
+    refusal names no such node, or one already kept."""
+    from . import Entry
+    from .render import raw_name
+
+    check = keep.snippet_check
+    if check is None or check.loads is not False or not check.problem:
+        return False
+    found = _NO_KERNEL.search(check.problem) or _RETYPED.search(check.problem)
+    if found is None:
+        return False
+    name = found.groups()[-1]
+    kept = {id(n) for n in keep.nodes}
+    node = next((n for n in keep.graph.nodes if raw_name(n) == name and id(n) not in kept), None)
+    if node is None:
+        return False
+    keep.entries.append(Entry("runtime", [f"onnxruntime cannot run '{name}' ({node.op_type}) as the converter writes "
+                                          f"it ({check.problem.split(': ', 1)[-1][:160]}): kept in float32"], [node]))
+    return True
 
 
 def _read_by_bodies(keep) -> list:
