@@ -127,7 +127,10 @@ def _keep_unrunnable(keep) -> bool:
         return False
     name = found.groups()[-1]
     kept = {id(n) for n in keep.nodes}
-    node = next((n for n in keep.graph.nodes if raw_name(n) == name and id(n) not in kept), None)
+    # a main-graph node that makes data of its own dtype (RandomUniform's dtype attribute), or has no kernel in
+    # it: not a body's node, whose types a blocked If leaves mismatched (the control-flow fallback's case)
+    node = next((n for n in keep.graph.nodes if raw_name(n) == name and id(n) not in kept and not n.subgraph_path
+                 and not n.bodies and (found.re is _NO_KERNEL or "dtype" in n.attrs)), None)
     if node is None:
         return False
     keep.entries.append(Entry("runtime", [f"onnxruntime cannot run '{name}' ({node.op_type}) as the converter writes "
