@@ -204,3 +204,34 @@ def test_a_node_the_runtime_cannot_run_in_float16_joins_the_list(target, tmp_pat
     session = ort.InferenceSession(str(tmp_path / "dither.fp16.onnx"))
     [y] = session.run(None, {"x": np.linspace(-1, 1, 8, dtype=np.float16).reshape(1, 8)})
     assert y.dtype == np.float16 and np.isfinite(y).all()
+
+
+def test_the_audit_of_a_converted_model_agrees_with_its_measured_run(tmp_path, capsys):
+    """openwakeword's mel front end on int16-scale audio, with a loudness flag after it: the list keeps the STFT
+    Conv (its output passes 65504) and the chain after it, keep_io_types=True keeps the samples float32, and the
+    flag's ReduceMax runs in float16. The model the printed snippet writes matches float32 exactly on the audio, and
+    its audit with --trace on the same audio now says so (no error). Before, the audit took the float32 input and
+    the kept Conv chain reading it for float16 (the model looked unconverted: float32 inputs, its weights read by
+    kept nodes) and reported PA901/PA906 on a model whose outputs are exact."""
+    import subprocess
+    import sys
+
+    from fixtures.keep_list_models import int16_audio, mel_front_end
+
+    model, audio = mel_front_end(tmp_path / "mel.onnx"), int16_audio(tmp_path / "audio.npz")
+    m = onnx.load(str(model))
+    m.graph.node.extend([h.make_node("ReduceMax", ["y"], ["peak"], name="peak", keepdims=0),
+                         h.make_node("Greater", ["peak", "loud_db"], ["loud"], name="loud")])
+    m.graph.initializer.append(onnx.numpy_helper.from_array(np.array(1000.0, np.float32), "loud_db"))
+    m.graph.output.append(h.make_tensor_value_info("loud", T.BOOL, []))
+    onnx.save(m, str(model))
+    _, keep, _ = _keep(tmp_path, capsys, model, "--for", "onnxruntime", "--trace", "--inputs", audio,
+                       "--tolerance", "1e-4")
+    assert keep["keep_io_types"] and keep["arguments"]["node_block_list"] == ["stft", "power", "t", "mel", "add_eps",
+                                                                             "log"]
+    assert keep["snippet_check"]["finite"] and keep["snippet_check"]["error"] == 0
+    subprocess.run([sys.executable, "-I", "-c", keep["snippet"]], cwd=tmp_path, check=True, capture_output=True)
+    converted = tmp_path / "mel.fp16.onnx"
+    assert main([str(converted), "--trace", "--inputs", str(audio), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["errors"] == [] and report["results"] == []

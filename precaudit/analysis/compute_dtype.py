@@ -363,14 +363,27 @@ def _widens(source: Format, to: Format) -> bool:
             and to.ulp_at_1 <= source.ulp_at_1)
 
 
+# ops that move or retype data without computing on it: one of them on a float16 value (an fp32 model's output cast
+# to float16 and passed on) says nothing about where the model computes
+_MOVES = frozenset({"Cast", "CastLike", "Constant", "Identity", "Expand", "Reshape", "Unsqueeze", "Squeeze",
+                    "Transpose", "Flatten", "Slice", "Gather", "Concat", "Split"})
+
+
 def _converted(graph: Graph, target: Format) -> bool:
-    """Whether the model is already stored in the target format: a float input in it, or most of its weights.
+    """Whether the model is already stored in the target format: a float input in it, a node computing on
+    activations stored in it, or most of its weights.
 
     (Token-id models have no float input, so the weights decide; an fp32 model with one fp16 output does not
-    count as converted.)
+    count as converted. A converter's model with its inputs kept float32, keep_io_types=True, and its weights read
+    by kept nodes, has neither: the nodes it converted compute in the target format.)
     """
     if any(v.dtype == target.name for v in graph.inputs):
         return True
+    for node in graph.nodes:
+        if node.op_type not in _MOVES and any(
+                v.dtype == target.name and not v.is_const for v in node.inputs if v is not None) and any(
+                v.dtype == target.name for v in node.outputs):
+            return True
     sizes: dict[str, int] = {}
     seen: set[int] = set()
     for node in graph.nodes:
