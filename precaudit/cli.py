@@ -164,7 +164,8 @@ def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp3
               trace: bool, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str,
           range_: list[str], timeout: float,
               tolerance: float, max_runs: int, output_format: str, output: Path | None, input_shape: list[str],
-              input_dtype: str, trust_pickle: bool, debug: bool, no_factories: bool = False) -> int:
+              input_dtype: str, trust_pickle: bool, debug: bool, no_factories: bool = False,
+              policy: str | None = None) -> int:
     """The nodes to keep in float32, as your converter's arguments; verified by emulation with --trace."""
     from .files import check_output
     from .keeplist.command import keep_list_report
@@ -183,7 +184,7 @@ def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp3
                             TorchOptions(_shapes(input_shape), input_dtype, trust_pickle,
                                          factories=_factories(no_factories, trust_pickle)),
                             trace_options if trace else None, tolerance, max_runs, output_format,
-                            dims=trace_options.dims)
+                            dims=trace_options.dims, policy=policy)
     _write(text, output)
     return code
 

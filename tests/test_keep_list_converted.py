@@ -71,7 +71,7 @@ def test_onnxruntimes_converted_model_with_a_late_cast_is_checked_not_refused(tm
     x = np.random.default_rng(0).standard_normal((1, 8)).astype(np.float32)
     np.savez(tmp_path / "x.npz", x=x)
     code, keep, err = _keep(tmp_path, capsys, model, "--for", "onnxruntime", *GATE_KEEP, "--trace",
-                            "--inputs", tmp_path / "x.npz")
+                            "--inputs", tmp_path / "x.npz", "--policy", "safe")
     assert code == 0 and err == ""
     assert keep["arguments"]["node_block_list"] == ["mean", "sub", "square", "var", "add_eps", "sqrt", "div",
                                                     "ReduceMax_29", "GreaterOrEqual_30"]
@@ -235,3 +235,60 @@ def test_the_audit_of_a_converted_model_agrees_with_its_measured_run(tmp_path, c
     assert main([str(converted), "--trace", "--inputs", str(audio), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["errors"] == [] and report["results"] == []
+
+
+def _norm_then_hot_softmax(path: Path) -> Path:
+    """A LayerNorm (eps 1e-5: subnormal in float16, PA102/PA208: its chain is the static list) and then
+    exp(8 n) / sum(exp(8 n)), whose exp passes 65504 where n passes 1.39 (traced: the list needs exp, sum, div)."""
+    from onnx import numpy_helper
+
+    from fixtures.fix_models import _ln_nodes
+
+    nodes = [*_ln_nodes("x", "n", "ln_", 1e-5), h.make_node("Mul", ["n", "scale"], ["logits"], name="logits"),
+             h.make_node("Exp", ["logits"], ["e"], name="exp"),
+             h.make_node("ReduceSum", ["e", "axes"], ["s"], name="sum"),
+             h.make_node("Div", ["e", "s"], ["y"], name="softmax")]
+    vi = lambda name: h.make_tensor_value_info(name, T.FLOAT, [2, 16])  # noqa: E731
+    graph = h.make_graph(nodes, "g", [vi("x")], [vi("y")], [numpy_helper.from_array(np.array(8.0, np.float32), "scale"),
+                                                         numpy_helper.from_array(np.array([-1], np.int64), "axes")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.save(model, str(path))
+    return path
+
+
+LN = ["ln_mean", "ln_sub", "ln_square", "ln_var", "ln_add_eps", "ln_sqrt", "ln_div"]
+
+
+def test_on_the_users_inputs_the_smallest_list_that_verifies_and_the_safe_one_labelled(tmp_path, capsys):
+    """The static list keeps a LayerNorm these inputs never trouble; the traced run needs the softmax. On the user's
+    inputs the snippet applies the smallest list that verifies (3 nodes, checked with the real converter), and the
+    report says what --policy safe would add and for which findings; --policy safe prints that list instead; on
+    synthesized inputs safe is the default."""
+    model = _norm_then_hot_softmax(tmp_path / "m.onnx")
+    np.savez(tmp_path / "x.npz", x=np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32))
+    trace = ["--for", "onnxruntime", "--trace", "--inputs", tmp_path / "x.npz"]
+    code, keep, _ = _keep(tmp_path, capsys, model, *trace)
+    assert code == 0 and keep["verification"]["verified"]
+    assert keep["arguments"]["node_block_list"] == ["exp", "sum", "softmax"]
+    assert keep["snippet_check"]["finite"] and keep["snippet_check"]["error"] <= 0.01
+    assert keep["policy"] == {"applied": "minimal", "why": "the default with --trace on your inputs: the smallest "
+                              "list that verifies on them", "other": "safe", "other_adds": LN, "other_drops": [],
+                              "other_reasons": ["PA102 eps-subnormal at 'ln_add_eps'",
+                                                "PA208 statistic-overflow at 'ln_add_eps'"]}
+    out = tmp_path / "keep.txt"
+    assert main(["keep-list", str(model), *map(str, trace), "-o", str(out)]) == 0
+    text = out.read_text()
+    assert ("  policy minimal: the default with --trace on your inputs: the smallest list that verifies on them; the "
+            "snippet applies this list\n  --policy safe would add 7 nodes 'ln_mean', 'ln_sub', 'ln_square', … (2 "
+            "more), 'ln_sqrt', 'ln_div'\n          for the static findings PA102 eps-subnormal at 'ln_add_eps'; PA208 "
+            "statistic-overflow at 'ln_add_eps'\n") in text
+    code, keep, _ = _keep(tmp_path, capsys, model, *trace, "--policy", "safe")
+    assert code == 0 and keep["arguments"]["node_block_list"] == [*LN, "exp", "sum", "softmax"]
+    assert (keep["policy"]["applied"], keep["policy"]["other_adds"], keep["policy"]["other_drops"]) == ("safe", [], LN)
+    code, keep, _ = _keep(tmp_path, capsys, model, "--for", "onnxruntime", "--trace")
+    assert code == 3 and keep["policy"]["applied"] == "safe"
+    assert keep["arguments"]["node_block_list"] == [*LN, "exp", "sum", "softmax"]
+    assert main(["keep-list", str(model), "--for", "onnxruntime", "--policy", "minimal"]) == 2
+    assert capsys.readouterr().err == ("precaudit: --policy minimal: the minimal and the safe list differ by what a "
+                                       "traced run measures; add --trace\n")

@@ -16,12 +16,13 @@ __all__ = ["keep_list_report", "build_checked", "check_printed"]
 
 def keep_list_report(model: str, given: dict, target_for: str | None, torch_options: TorchOptions,
                      trace: TraceOptions | None, tolerance: float, max_runs: int, output_format: str,
-                     dims: dict[str, int] | None = None) -> tuple[str, int]:
+                     dims: dict[str, int] | None = None, policy: str | None = None) -> tuple[str, int]:
     """The report text and the exit code. given holds the flags the user typed (dtype, keep_fp32, rules), over the
     pyproject."""
     settings = load_settings({k: v for k, v in given.items() if v not in (None, [])})
     keep = build_checked(model, settings, target_for, torch_options, trace, tolerance, max_runs,
-                         progress=_progress if trace is not None and trace.progress else None, dims=dims)
+                         progress=_progress if trace is not None and trace.progress else None, dims=dims,
+                         policy=policy)
     reason = keep.reason()
     if reason is not None:  # what exit 1 means, where a script's log shows it (the report goes to stdout or -o)
         sys.stderr.write(f"precaudit: {printable(model)}: {printable(reason)}\n")
@@ -30,13 +31,13 @@ def keep_list_report(model: str, given: dict, target_for: str | None, torch_opti
 
 def build_checked(model: str, settings, target_for: str | None, torch_options: TorchOptions | None,
                   trace: TraceOptions | None, tolerance: float, max_runs: int, progress=None,
-                  dims: dict[str, int] | None = None):
+                  dims: dict[str, int] | None = None, policy: str | None = None):
     """The keep-list of one model with its snippet run as printed: what the command and the Python API return.
     Every value is checked before the model is read; an error names it as settings.named does (--for, or for_)."""
     from ..pipeline import check_all_selectors
     from ..rules.loader import load_rules
     from ..selection import active_rules, drop_ignored
-    from . import FOR_TARGETS, build_keep_list
+    from . import FOR_TARGETS, POLICIES, build_keep_list
 
     named = settings.named
     if target_for is None:
@@ -45,6 +46,11 @@ def build_checked(model: str, settings, target_for: str | None, torch_options: T
     target = format_named(settings.dtype)  # checked when the settings were made
     tolerance = check_number(tolerance, named("tolerance"), minimum=0.0, above=True)
     max_runs = check_int(max_runs, named("max_runs"), 1)
+    if policy is not None:
+        policy = check_choice(policy, POLICIES, named("policy"))
+        if trace is None:
+            raise InputError(None, f"{named('policy')} {policy}: the minimal and the safe list differ by what a "
+                                   f"traced run measures; add {named('trace')}")
     all_rules = load_rules(settings.rules)
     check_all_selectors(settings, all_rules)
     rules = active_rules(all_rules, settings.select, settings.ignore, settings.preview)
@@ -55,7 +61,7 @@ def build_checked(model: str, settings, target_for: str | None, torch_options: T
                             settings.project_root)
 
     keep = build_keep_list(model, target, target_for, settings.keep_fp32, rules, torch_options, trace, tolerance,
-                           max_runs, progress=progress, keep=ignored, dims=dims)
+                           max_runs, progress=progress, keep=ignored, dims=dims, policy=policy)
     if not keep.pytorch:
         check_printed(keep, rules)
     return keep
