@@ -288,9 +288,10 @@ def _gate_whole(repairs: list[Repair], tolerance: float, ctx: Context, whole: Co
     """The tolerance bounds the written model, not each repair: when every repair is within it alone but the
     fixed model's outputs together move beyond it (several norms' eps raised, each a little), the repair that
     changes the outputs most is withheld, and the rest measured again (one a round, largest first)."""
-    worst = whole.largest if whole is not None else None
-    if worst is None or len(repairs) < 2 or worst.relative <= tolerance and not any(
-            d.nonfinite_after > d.nonfinite_before for d in whole.outputs):
+    if whole is None or whole.largest is None or len(repairs) < 2:
+        return []
+    worst = whole.largest
+    if worst.relative <= tolerance and not any(d.nonfinite_after > d.nonfinite_before for d in whole.outputs):
         return []
     largest = max(repairs, key=lambda r: r.output_change or 0.0)
     largest.withheld = (f"the repairs together change the float32 outputs by {worst.relative:.3g} (relative) at "

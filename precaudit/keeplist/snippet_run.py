@@ -161,7 +161,9 @@ def _run_converted(path: str, folder: str, batches: list[dict[str, np.ndarray]],
     feeds, outs = "-", os.path.join(folder, "outputs.npz")
     if batches and names:
         feeds = os.path.join(folder, "inputs.npz")
-        np.savez(feeds, **{f"b{b}_{k}": np.asarray(v) for b, f in enumerate(batches) for k, v in enumerate(f.values())})
+        arrays: dict[str, np.ndarray] = {f"b{b}_{k}": np.asarray(v) for b, f in enumerate(batches)
+                                         for k, v in enumerate(f.values())}
+        np.savez(feeds, **arrays)  # type: ignore[arg-type]  # (numpy's stub takes the first keyword for allow_pickle)
         with open(feeds + ".json", "w", encoding="utf-8") as fh:
             json.dump({"batches": [list(f) for f in batches], "outputs": names}, fh)
     try:
