@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import heapq
 import os
 import re
 import sys
@@ -19,6 +18,7 @@ from ..errors import InputError
 from ..files import open_regular
 from ..ir import Graph, Node, Value, generated_name
 from .onnx_data import element_count, tensor_loader, text
+from .onnx_order import sort_for_bodies
 from .source import user_frame
 
 __all__ = ["load_onnx"]
@@ -61,7 +61,7 @@ def load_onnx(path: str) -> Graph:
         # a body reads an outer value that a later node of its parent makes: onnxruntime runs such a model (its
         # float16 converter writes one, the Cast back to float16 of a kept node's output placed last); read it
         # in the order onnxruntime runs it
-        _sort_for_bodies(model.graph)
+        sort_for_bodies(model.graph)
         return _build(path, model_dir, _infer_shapes(model), resorted=True)
 
 
@@ -83,47 +83,6 @@ class _Undeclared(Exception):
 
 class _ReadLater(Exception):
     """A body reads a value no earlier node defines: perhaps a later node of an outer graph (see load_onnx)."""
-
-
-def _sort_for_bodies(gp: onnx.GraphProto) -> None:
-    """Order each graph's nodes (bodies first) so that a node follows every node making a value it or its bodies
-    read, keeping the file's order otherwise; a graph with a cycle is left as it is."""
-    def bodies(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-        return [g for a in node.attribute for g in ([a.g] if a.HasField("g") else list(a.graphs))]
-
-    def reads(node: onnx.NodeProto) -> set[str]:
-        names, todo = set(node.input), bodies(node)
-        while todo:
-            body = todo.pop()
-            for inner in body.node:
-                names.update(inner.input)
-                todo += bodies(inner)
-        return names
-
-    for node in gp.node:
-        for body in bodies(node):
-            _sort_for_bodies(body)
-    nodes = list(gp.node)
-    maker = {o: i for i, n in enumerate(nodes) for o in n.output if o}
-    waiting = [0] * len(nodes)
-    readers: list[list[int]] = [[] for _ in nodes]
-    for i, n in enumerate(nodes):
-        for j in {maker[x] for x in reads(n) if x in maker and maker[x] != i}:
-            waiting[i] += 1
-            readers[j].append(i)
-    ready = [i for i, w in enumerate(waiting) if not w]
-    heapq.heapify(ready)  # the earliest ready node first: the file's order wherever it is a valid one
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for k in readers[i]:
-            waiting[k] -= 1
-            if not waiting[k]:
-                heapq.heappush(ready, k)
-    if len(order) == len(nodes) and order != list(range(len(nodes))):  # (a cycle is left for the builder to name)
-        del gp.node[:]
-        gp.node.extend(nodes[i] for i in order)
 
 
 def _domain(name: str) -> str:
