@@ -90,8 +90,8 @@ def test_a_list_whose_converted_model_onnxruntime_refuses_is_replaced_by_one_tha
     code, keep, err = _keep(tmp_path, capsys, model, "--for", "onnxconverter-common", *GATE_KEEP)
     assert code == 1
     assert keep["alternative"].startswith("the list with 'div' kept: onnxruntime refuses the model the snippet "
-                                          "writes: [ONNXRuntimeError] : 10 : INVALID_GRAPH")
-    assert "however input 'n' of no" in keep["alternative"]
+                                          "writes: [ONNXRuntimeError] : 10 : INVALID_GRAPH : This is an invalid model.")
+    assert "however input 'n' of node: name: Identity_62 OpType: Identity is not output of any previous nodes." in keep["alternative"]
     assert keep["alternative"].endswith("printed instead: the list without them (their outputs are read inside an "
                                         "If/Loop body, which this converter leaves uncast), whose model loads, but "
                                         "the hazard there stays in float16")
@@ -100,6 +100,14 @@ def test_a_list_whose_converted_model_onnxruntime_refuses_is_replaced_by_one_tha
     assert keep["snippet_check"]["loads"] and keep["snippet"] is not None
     assert err == f"precaudit: {model}: NOT verified: {keep['alternative']}\n"
     assert "converted.onnx" not in err + json.dumps(keep)
+    # the user's own --keep-fp32 keeps 'div' too: no list can drop it, and the report says whose it is
+    code, keep, err = _keep(tmp_path, capsys, model, "--for", "onnxconverter-common", "--keep-fp32",
+                            "ReduceMax_29,GreaterOrEqual_30,div")
+    assert code == 1 and keep["snippet"] is None and keep["snippet_check"]["loads"] is False
+    assert keep["alternative"].startswith("no list this converter turns into a model onnxruntime loads keeps 'div':")
+    assert keep["alternative"].endswith("; 'div', kept by your --keep-fp32, makes values an If/Loop body reads, "
+                                        "which this converter leaves uncast; try --for modelopt (it keeps a blocked "
+                                        "If whole) or precaudit fix for the hazard there")
 
 
 def test_a_crash_of_onnxruntime_on_the_converted_model_is_not_verified_and_the_report_goes_on(

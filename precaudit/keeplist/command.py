@@ -103,11 +103,14 @@ def check_printed(keep, rules) -> None:
                                 f"without them ({_why(left_out, flow)}), whose model loads, but the hazard there "
                                 f"stays in {keep.target.long_name}")
             return
-    if not tries:
+    yours = _read_by_bodies(keep, _user_kept(keep))
+    if not tries and not yours:
         return
-    names = _names(_union(flow, outer))
+    names = _names(_union(flow, outer) or yours)
+    also = (f"; {_names(yours)}, kept by your --keep-fp32, make{'s' * (len(yours) == 1)} values an If/Loop body "
+            "reads, which this converter leaves uncast") if yours else ""
     keep.alternative = (f"no list this converter turns into a model onnxruntime loads keeps {names}: "
-                        f"{first.problem}; try --for modelopt (it keeps a blocked If whole) or precaudit fix "
+                        f"{first.problem}{also}; try --for modelopt (it keeps a blocked If whole) or precaudit fix "
                         "for the hazard there")
 
 
@@ -144,18 +147,28 @@ def _keep_unrunnable(keep) -> bool:
     return True
 
 
-def _read_by_bodies(keep) -> list:
-    """The kept nodes of each graph whose outputs an If/Loop/Scan body reads by name from outside."""
+def _read_by_bodies(keep, among: list | None = None) -> list:
+    """The kept nodes (or those of `among`) whose outputs an If/Loop/Scan body reads by name from outside."""
     from ..ir import implicit_inputs
 
-    kept = {id(n) for n in keep.nodes}
+    nodes = keep.nodes if among is None else among
+    kept = {id(n) for n in nodes}
     found: dict[int, object] = {}
     for node in keep.graph.nodes:
         if node.bodies:
             for value in implicit_inputs(node):
                 if value.producer is not None and id(value.producer) in kept:
                     found.setdefault(id(value.producer), value.producer)
-    return [n for n in keep.nodes if id(n) in found]
+    return [n for n in nodes if id(n) in found]
+
+
+def _user_kept(keep) -> list:
+    """The nodes the user's own --keep-fp32 names or globs keep (not op types): no fallback drops them."""
+    from fnmatch import fnmatchcase
+
+    ops = {n.op_type for n in keep.graph.nodes}
+    patterns = [e for e in keep.keep_fp32 if e not in ops]
+    return [n for n in keep.graph.nodes if any(fnmatchcase(n.name, p) for p in patterns)]
 
 
 def _union(a: list, b: list) -> list:

@@ -15,6 +15,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -108,8 +109,9 @@ def _last_line(text: str) -> str:
 
 def _one_line(text: str) -> str:
     """A message of several lines (onnxruntime's, onnx.checker's) as one line: the last line alone can be
-    ' is not output of any previous nodes.'."""
-    return " ".join(text.split())[:300] or "no message"
+    ' is not output of any previous nodes.'. onnxruntime's 'Load model from PATH failed:' goes (the path is the
+    scratch file), so the rest fits."""
+    return " ".join(re.sub(r"Load model from .*? failed:", "", text).split())[:400] or "no message"
 
 
 # The child that loads and runs the converted model: argv is the model, the inputs (.npz, or - for none) and the
