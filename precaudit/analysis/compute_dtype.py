@@ -370,19 +370,21 @@ _MOVES = frozenset({"Cast", "CastLike", "Constant", "Identity", "Expand", "Resha
 
 
 def _converted(graph: Graph, target: Format) -> bool:
-    """Whether the model is already stored in the target format: a float input in it, a node computing on
-    activations stored in it, or most of its weights.
+    """Whether the model is already stored in the target format: a float input in it, a node computing on an
+    activation and a constant stored in it, or most of its weights.
 
     (Token-id models have no float input, so the weights decide; an fp32 model with one fp16 output does not
-    count as converted. A converter's model with its inputs kept float32, keep_io_types=True, and its weights read
-    by kept nodes, has neither: the nodes it converted compute in the target format.)
+    count as converted, nor does one that casts an activation to fp16 and back. A converter's model with its inputs
+    kept float32, keep_io_types=True, and most weights read by kept nodes, has neither: the nodes it converted
+    compute on activations and constants it stored in the target format.)
     """
     if any(v.dtype == target.name for v in graph.inputs):
         return True
     for node in graph.nodes:
-        if node.op_type not in _MOVES and any(
-                v.dtype == target.name and not v.is_const for v in node.inputs if v is not None) and any(
-                v.dtype == target.name for v in node.outputs):
+        if node.op_type in _MOVES:
+            continue
+        reads = [v for v in node.inputs if v is not None and v.dtype == target.name]
+        if any(v.is_const for v in reads) and any(not v.is_const for v in reads):
             return True
     sizes: dict[str, int] = {}
     seen: set[int] = set()
