@@ -300,3 +300,28 @@ def test_on_the_users_inputs_the_smallest_list_that_verifies_and_the_safe_one_la
     assert main(["keep-list", str(model), "--for", "onnxruntime", "--policy", "minimal"]) == 2
     assert capsys.readouterr().err == ("precaudit: --policy minimal: the minimal and the safe list differ by what a "
                                        "traced run measures; add --trace\n")
+
+
+def test_a_converted_model_precaudit_cannot_read_is_a_failed_check_not_an_error_about_a_scratch_file(
+        tmp_path, capsys, monkeypatch):
+    """Where precaudit's reader refuses the converted model (here made to, for one the frontends do not yet
+    read), the snippet is NOT verified in one line that names no scratch file, exit 1 rather than 2."""
+    from fixtures.onnx_builders import decomposed_layernorm, save
+    from precaudit import audit_models
+    from precaudit.errors import InputError
+
+    real = audit_models.load_graph
+
+    def refusing(path, *args, **kwargs):
+        if path.endswith("converted.onnx"):
+            raise InputError(path, f"the graph is invalid: a node in {path} reads 'p1.1', which nothing defines")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(audit_models, "load_graph", refusing)
+    model = save(decomposed_layernorm(1e-12, dtype="fp32", opset=14)[0], tmp_path / "ln.onnx")
+    code, keep, err = _keep(tmp_path, capsys, model, "--for", "onnxruntime")
+    assert code == 1 and keep["snippet_check"]["loads"] is True
+    assert keep["snippet_check"]["problem"] == ("precaudit cannot read the converted model: the graph is invalid: a "
+                                                "node in it reads 'p1.1', which nothing defines")
+    assert err == f"precaudit: {model}: NOT verified: {keep['snippet_check']['problem']}\n"
+    assert "converted.onnx" not in err + json.dumps(keep) and "precaudit-snippet-" not in err + json.dumps(keep)
