@@ -144,10 +144,11 @@ def audit(model: Any, dtype: str = "fp16", *, select: Sequence[str] | None = Non
 def keep_list(model: Any, for_: str, dtype: str = "fp16", *, keep_fp32: Sequence[str] = (), runtime: str | None = None,
               trace: Any = None,
               tolerance: float = 1e-2, max_runs: int = 30, config: str | os.PathLike | None = "pyproject",
-              rules: Sequence[str | os.PathLike] = ()) -> KeepList:
+              rules: Sequence[str | os.PathLike] = (), policy: str | None = None) -> KeepList:
     """`precaudit keep-list MODEL --for CONVERTER`: the nodes to keep in float32, the converter's arguments
     (KeepList.snippet()), its verdict (.verified, .exit_code); model a path or an onnx.ModelProto. tolerance: a
-    finite number above 0; max_runs: a whole number >= 1."""
+    finite number above 0; max_runs: a whole number >= 1; policy: minimal or safe, the traced list returned (None:
+    minimal on inputs given, safe on synthesized ones)."""
     from .context import Audit
     from .keeplist import FOR_TARGETS
     from .keeplist.command import build_checked
@@ -157,11 +158,15 @@ def keep_list(model: Any, for_: str, dtype: str = "fp16", *, keep_fp32: Sequence
     for_ = check_choice(for_, FOR_TARGETS, "for_")
     tolerance = check_number(tolerance, "tolerance", minimum=0.0, above=True)
     max_runs = check_int(max_runs, "max_runs", 1)
+    if policy is not None:
+        from .keeplist import POLICIES
+
+        policy = check_choice(policy, POLICIES, "policy")
     trace_options = _trace_options(trace, "trace")
     settings = _settings({"dtype": dtype, "keep_fp32": keep_fp32, "rules": rules, "runtime": runtime}, config)
     context = _noted(Audit.of(settings, inputs=trace_options, traced=trace_options is not None))
     with _as_paths(model, None) as (paths, _):
-        return build_checked(context, paths[0], for_, tolerance, max_runs)
+        return build_checked(context, paths[0], for_, tolerance, max_runs, policy=policy)
 
 
 def fix(model: str | os.PathLike, output: str | os.PathLike | None = None, dtype: str = "fp16", *,

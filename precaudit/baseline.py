@@ -7,7 +7,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field, fields
 
-from . import __version__
+from .version import __version__
 from .errors import InputError
 from .files import MiB, read_text, write_new
 from .finding import Finding

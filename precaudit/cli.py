@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import __version__
+from .version import __version__
 
 if TYPE_CHECKING:  # the heavy modules load only when a command needs them, so --version stays instant
     from .config import Settings
@@ -176,7 +176,8 @@ def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp3
               trace: bool, inputs: list[str], samples: int, dim: list[str], seed: int, trace_engine: str,
           range_: list[str], timeout: float,
               tolerance: float, max_runs: int, output_format: str, output: Path | None, input_shape: list[str],
-              input_dtype: str, trust_pickle: bool, debug: bool, no_factories: bool = False) -> int:
+              input_dtype: str, trust_pickle: bool, debug: bool, no_factories: bool = False,
+              policy: str | None = None) -> int:
     """The nodes to keep in float32, as your converter's arguments; verified by emulation with --trace."""
     from .context import Audit
     from .files import check_output
@@ -197,7 +198,7 @@ def keep_list(*, model: str, target_for: str | None, dtype: str | None, keep_fp3
     audit = Audit.of(load_settings({k: v for k, v in given.items() if v not in (None, [])}), torch_options,
                      trace_options, trace)
     _say_notes(audit)
-    text, code = keep_list_report(audit, model, target_for, tolerance, max_runs, output_format)
+    text, code = keep_list_report(audit, model, target_for, tolerance, max_runs, output_format, policy=policy)
     _write(text, output)
     return code
 

@@ -121,6 +121,11 @@ def app() -> "typer.Typer":
                                                  help="Traced: the largest output error allowed, relative to the "
                                                       "output's largest |value| (default 0.01).")] = 0.01,
         max_runs: Annotated[int, typer.Option("--max-runs", min=1, help="Traced: emulation runs at most.")] = 30,
+        policy: Annotated[Optional[str], typer.Option("--policy", metavar="minimal|safe",
+                                                      help="Traced: print the smallest list that verifies "
+                                                           "(minimal: the default on your --inputs) or every static "
+                                                           "finding's nodes and what the run adds (safe: the default "
+                                                           "on synthesized inputs).")] = None,
         output_format: ListFormat = "text",
         output: Annotated[Optional[Path], typer.Option("--output", "-o", metavar="FILE",
                                                        help="Write the list to this file.")] = None,

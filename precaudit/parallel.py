@@ -18,7 +18,7 @@ import sys
 import warnings
 from typing import Any, Callable, TypeVar
 
-from . import files
+from .files import add_read, note_imported, read_so_far, start_run
 from .audit_models import _internal_error, audit_models
 from .result import AuditResult
 from .errors import InputError
@@ -100,7 +100,7 @@ def _quiet_worker(debug: bool) -> None:
 def _runs_code(path: str) -> bool:
     """A model.py:factory or package.module:factory: importing and calling it runs the model's own code (a module the
     API registered is the caller's object, already running in this process)."""
-    from .frontends.torch_input import factory_spec
+    from .frontends.torch_objects import factory_spec
 
     return factory_spec(path) is not None
 
@@ -120,9 +120,9 @@ def _isolated_audit(path: str, kwargs: dict, timeout: float | None) -> tuple[Aud
 
 
 def _audit_one(path: str, kwargs: dict) -> tuple[AuditResult, list]:
-    files.start_run()
+    start_run()
     result = audit_models([path], **kwargs)
-    return result, files.read_so_far()
+    return result, read_so_far()
 
 
 def _merged(per_model: list) -> AuditResult:
@@ -134,7 +134,7 @@ def _merged(per_model: list) -> AuditResult:
         merged.traces.update(result.traces)
         merged.dtype_maps.update(result.dtype_maps)
         merged.quantized.update(result.quantized)
-        files.add_read(read)
+        add_read(read)
     return merged
 
 
@@ -170,7 +170,7 @@ def run_isolated(function: Callable[..., T], args: tuple, file: str, doing: str,
     finally:
         _end(worker, grace)
         receive.close()
-    files.add_read(read)
+    add_read(read)
     if not done:
         raise value
     return value
@@ -186,7 +186,7 @@ def _isolated(send, function: Callable, args: tuple, file: str, debug: bool, her
     os.chdir(cwd)
     multiprocessing.set_start_method(start_method, force=True)
     _quiet_worker(debug)
-    files.start_run()
+    start_run()
     pid = os.getpid()
     try:
         outcome: tuple[bool, Any] = (True, function(*args))
@@ -200,10 +200,10 @@ def _isolated(send, function: Callable, args: tuple, file: str, debug: bool, her
         outcome = (False, _internal_error(file, exc))
     if os.getpid() != pid:
         os._exit(0)  # a copy of this process the user's code forked: the worker reports, once
-    files.note_imported()
+    note_imported()
     sys.stdout.flush()
     sys.stderr.flush()
-    send.send((*outcome, files.read_so_far()))
+    send.send((*outcome, read_so_far()))
 
 
 def _died(worker, file: str, doing: str) -> tuple[bool, Any, list]:

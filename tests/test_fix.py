@@ -496,6 +496,64 @@ def test_an_eps_inside_an_if_body_is_raised_in_a_valid_body(capsys, tmp_path, ir
     assert ("PA101", "If_32/then_branch/Add_41") not in audit(capsys, fixed)
 
 
+def _body(graph: onnx.GraphProto, node_name: str, attr: str) -> onnx.GraphProto:
+    return next(a.g for n in graph.node if n.name == node_name for a in n.attribute if a.name == attr)
+
+
+def _ln(v: np.ndarray, eps: float) -> np.ndarray:
+    c = v - v.mean(-1, keepdims=True)
+    return c / np.sqrt((c * c).mean(-1, keepdims=True) + eps)
+
+
+@pytest.mark.parametrize("ir_version", [3, 7])
+def test_eps_raises_in_nested_bodies_that_read_outer_values(capsys, tmp_path, ir_version):
+    """hey_jarvis: a LayerNorm in the main graph and one in an If body, each eps a Constant node. Raising the first
+    rebuilt the main graph's node list (its Constant dropped), which copied the If: the body's new eps went into a
+    copy no longer in the model and onnx.checker refused the result ('Nodes in a graph must be topologically sorted,
+    however input 'If_32/then_branch/Add_41/precaudit_eps''). Here one level deeper, the bodies reading the outer
+    graph's weights: each new eps is in the body that reads it (an initializer there; at IR 3 a Constant node at
+    the body's head), the model passes the full check, onnxruntime runs it, and the float32 check measured it."""
+    model = fix_models.nested_verifier(tmp_path / f"nested{ir_version}.onnx", ir_version=ir_version)
+    batch = tmp_path / "x.npz"
+    x = np.random.default_rng(2).standard_normal((1, 16)).astype(np.float32)
+    np.savez(batch, x=x)
+    code, report = fix_json(capsys, model, "--select", "PA102", "--inputs", batch)
+    assert code == 0 and report["written"] and report["problems"] == [] and report["verified"]
+    assert [r["node"] for r in report["repairs"]] == [
+        "ln0_add_eps", "If_32/then_branch/ln1_add_eps", "If_32/then_branch/inner/then_branch/ln2_add_eps"]
+    fixed = Path(report["output"])
+    onnx.checker.check_model(str(fixed), full_check=True)
+    m = onnx.load(str(fixed))
+    then = _body(m.graph, "If_32", "then_branch")
+    inner = _body(then, "inner", "then_branch")
+    for graph, tag in ((m.graph, "ln0_"), (then, "ln1_"), (inner, "ln2_")):
+        add = next(n for n in graph.node if n.name == tag + "add_eps")
+        new = add.input[1]
+        assert new.endswith("add_eps/precaudit_eps") and not any(n.name == tag + "eps" for n in graph.node)
+        if ir_version <= 3:
+            [head] = [n for n in graph.node if n.op_type == "Constant"]
+            assert list(head.output) == [new] and list(graph.node).index(head) < list(graph.node).index(add)
+            value = numpy_helper.to_array(head.attribute[0].t)
+        else:
+            [init] = [t for t in graph.initializer if t.name == new]
+            value = numpy_helper.to_array(init)
+        assert value == np.float32(2.0 ** -14)
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    [a], [b] = run_fp32(model, {"x": x}), run_fp32(fixed, {"x": x})
+
+    def forward(eps: float) -> np.ndarray:  # the model in float64: three LayerNorms, the If's then-branches taken
+        n1 = _ln(_ln(x.astype(np.float64), eps) @ inits["W"] + inits["B"], eps)
+        return _ln(n1 * inits["gamma"], eps)
+
+    np.testing.assert_allclose(a, forward(1e-5), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(b, forward(2.0 ** -14), rtol=1e-4, atol=1e-5)
+    [out] = report["float32"]["outputs"]
+    assert out["max_abs_difference"] == pytest.approx(float(np.max(np.abs(a - b))), rel=1e-6)
+    # each repair reaches the output through an If, so each is measured in the whole model
+    assert [r["output_change"]["alone"] for r in report["repairs"]] == [False] * 3
+    assert {r["output_change"]["relative"] for r in report["repairs"]} == {out["relative"]}
+
+
 # ---- the float32 gate: a clamp on data, the user's inputs, the tolerance --------------------------------------
 
 def test_a_floor_on_data_is_kept_by_default_with_the_nodes_to_keep(capsys, tmp_path):

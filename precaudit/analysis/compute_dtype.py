@@ -431,14 +431,29 @@ def _widens(source: Format, to: Format) -> bool:
             and to.ulp_at_1 <= source.ulp_at_1)
 
 
+# ops that move or retype data without computing on it: one of them on a float16 value (an fp32 model's output cast
+# to float16 and passed on) says nothing about where the model computes
+_MOVES = frozenset({"Cast", "CastLike", "Constant", "Identity", "Expand", "Reshape", "Unsqueeze", "Squeeze",
+                    "Transpose", "Flatten", "Slice", "Gather", "Concat", "Split"})
+
+
 def _converted(graph: Graph, target: Format) -> bool:
-    """Whether the model is already stored in the target format: a float input in it, or most of its weights.
+    """Whether the model is already stored in the target format: a float input in it, a node computing on an
+    activation and a constant stored in it, or most of its weights.
 
     (Token-id models have no float input, so the weights decide; an fp32 model with one fp16 output does not
-    count as converted.)
+    count as converted, nor does one that casts an activation to fp16 and back. A converter's model with its inputs
+    kept float32, keep_io_types=True, and most weights read by kept nodes, has neither: the nodes it converted
+    compute on activations and constants it stored in the target format.)
     """
     if any(v.dtype == target.name for v in graph.inputs):
         return True
+    for node in graph.nodes:
+        if node.op_type in _MOVES:
+            continue
+        reads = [v for v in node.inputs if v is not None and v.dtype == target.name]
+        if any(v.is_const for v in reads) and any(not v.is_const for v in reads):
+            return True
     sizes: dict[str, int] = {}
     seen: set[int] = set()
     for node in graph.nodes:

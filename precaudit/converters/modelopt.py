@@ -27,7 +27,7 @@ from functools import lru_cache
 
 from ..ir import Graph, Node, Value
 from ..escape import exact_regex
-from . import Clamp, Converter, KeepArgs
+from .base import Clamp, Converter, KeepArgs
 
 __all__ = ["CONVERTER", "paste", "fused_layernorms"]
 
@@ -177,7 +177,7 @@ def paste(args: KeepArgs) -> str:
            "--nodes_to_exclude", *regexes]
     if args.op_types:
         cli += ["--op_types_to_exclude", *args.op_types]
-    cli += ["--data_max", "inf"]
+    cli += ["--data_max", "inf", "--output_path", args.out]
     if args.keep_io:
         cli.append("--keep_io_types")
     lines = ["# --data_max inf keeps only these nodes (as verified); without it AutoCast also keeps every node whose",
@@ -185,6 +185,8 @@ def paste(args: KeepArgs) -> str:
     lines = [*pre, *lines]
     lines += [" ".join(shlex.quote(part) for part in cli), "",
               "# or in Python:",
+              args.output_line(),
+              *(["import os"] if args.large else []),
               *(["import onnx"] if not pre else []),
               "from modelopt.onnx.autocast import convert_to_mixed_precision",
               "model = convert_to_mixed_precision(",

@@ -16,7 +16,7 @@ Read from `onnxconverter_common/float16.py` of the 1.16.0 wheel (identical to mi
 
 from __future__ import annotations
 
-from . import CONTROL_FLOW_CAVEAT, Clamp, Converter, KeepArgs, py_list
+from .base import CONTROL_FLOW_CAVEAT, Clamp, Converter, KeepArgs, py_list
 
 __all__ = ["CONVERTER", "DEFAULT_OP_BLOCK_LIST", "paste"]
 
@@ -46,7 +46,9 @@ CONVERTER = Converter(
 def paste(args: KeepArgs) -> str:
     """Python that converts the model with the list kept in float32 (the default list kept too)."""
     ops = py_list(args.op_types)
-    lines = ["import onnx",
+    lines = [args.output_line(),
+             *(["import os"] if args.large else []),
+             "import onnx",
              "from onnxconverter_common import float16",
              "",
              args.load(),

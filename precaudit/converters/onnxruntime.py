@@ -19,7 +19,7 @@ list with onnxconverter-common's clamp.
 
 from __future__ import annotations
 
-from . import CONTROL_FLOW_CAVEAT, Clamp, Converter, KeepArgs, py_list
+from .base import CONTROL_FLOW_CAVEAT, Clamp, Converter, KeepArgs, py_list
 
 __all__ = ["CONVERTER", "OLIVE", "DEFAULT_OP_BLOCK_LIST", "paste", "paste_olive"]
 
@@ -66,7 +66,8 @@ def paste(args: KeepArgs) -> str:
         kwargs.append(f"    op_block_list=float16.DEFAULT_OP_BLOCK_LIST + {py_list(args.op_types)},  # yours "
                       "replaces the default")
     kwargs.append(f"    node_block_list={py_list(args.nodes)},")
-    lines = ["import onnx",
+    lines = [args.output_line(),
+             "import onnx",
              *(["from onnxruntime.transformers import float16"] if args.op_types else []),
              "from onnxruntime.transformers.onnx_model import OnnxModel",
              "",
@@ -79,7 +80,7 @@ def paste(args: KeepArgs) -> str:
               "    keep_io_types=False,  # OnnxModel's default (True) keeps float32 graph inputs and outputs"),
              *kwargs,
              ")",
-             f"onnx_model.save_model_to_file({args.out!r}"
+             "onnx_model.save_model_to_file(OUTPUT_PATH"
              f"{', use_external_data_format=True' if args.large else ''})",
              "# not float16.convert_float_to_float16(model, ...) alone: it rounds what passes between two kept",
              "# nodes to float16 and back (OnnxModel removes those Cast pairs: remove_cascaded_cast_nodes)"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from ..escape import exact_regex
-from . import KeepArgs, py_list
+from .base import KeepArgs, py_list
 
 __all__ = ["paste_hf", "paste_autocast", "paste_torch_tensorrt", "fx_name"]
 

@@ -191,12 +191,13 @@ def _isolated(original: onnx.ModelProto, fixed: onnx.ModelProto, repairs: list[R
         for n in fixed_nodes:  # forward, in graph order: everything the repair's values reach
             name = text(n.name)
             outs = [text(o) for o in n.output]
-            reads_mine = any(text(x) in mine_values for x in n.input) or any(o in mine_values for o in outs)
-            if name in others or (not reads_mine and any(text(x) in other_values for x in n.input)):
+            reads = _reads(n)
+            reads_mine = bool(reads & mine_values) or any(o in mine_values for o in outs)
+            if name in others or (not reads_mine and reads & other_values):
                 if name not in original_nodes:
                     continue  # another repair's own node: not in this repair's model
                 n = original_nodes[name]
-            if any(text(x) in descend for x in n.input) or any(text(o) in mine_values for o in n.output):
+            if reads & descend or any(text(o) in mine_values for o in n.output):
                 descend.update(text(o) for o in n.output if o)
                 region.append(n)
         tag = f"{_SUFFIX}{i}"
@@ -232,6 +233,21 @@ def _isolated(original: onnx.ModelProto, fixed: onnx.ModelProto, repairs: list[R
         copies[i] = _Isolation(value + tag if value else None,
                                {out: out + tag for out in sorted(graph_outputs & made)})
     return check, copies
+
+
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """The names a node reads: its inputs and, for an If/Loop/Scan, every name its bodies read (an outer value a
+    body reads is no input of the node, yet what the node computes depends on it)."""
+    names = {text(x) for x in node.input}
+    stack = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+    stack += [g for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
+    while stack:
+        body = stack.pop()
+        for inner in body.node:
+            names.update(text(x) for x in inner.input)
+            stack += [a.g for a in inner.attribute if a.type == onnx.AttributeProto.GRAPH]
+            stack += [g for a in inner.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
+    return names
 
 
 def _feeds(feeds: dict[str, np.ndarray], widen: bool) -> dict[str, np.ndarray]:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
+from ..escape import printable
 from ..options import check_number, shown
 
 if TYPE_CHECKING:
@@ -19,6 +21,9 @@ def fix_report(audit: Audit, model: str, output: str | None, dry_run: bool, min_
                output_format: str, tolerance: float = 1e-3, data_floor: str = "keep") -> tuple[str, int]:
     """The report text and the exit code of `precaudit fix`."""
     result = run_checked(audit, model, output, dry_run, min_eps, tolerance, data_floor)
+    reason = result.reason()
+    if reason is not None:  # what exit 1 means, where a script's log shows it (the report goes to stdout)
+        sys.stderr.write(f"precaudit: {printable(model)}: {printable(reason)}\n")
     return (result.to_json() if output_format == "json" else result.to_text()), result.exit_code
 
 

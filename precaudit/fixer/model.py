@@ -179,10 +179,13 @@ class Editable:
 
     def apply(self) -> onnx.ModelProto:
         """Write every collected edit into the proto (once: node references go stale when a list is rebuilt)."""
-        graphs = {id(w.graph): w.graph for w in self._where.values()}
-        graphs[id(self.model.graph)] = self.model.graph
+        graphs = {id(self.model.graph): self.model.graph}
+        graphs.update((id(w.graph), w.graph) for w in self._where.values())
         self._prune(graphs)
-        for gid, gp in graphs.items():
+        # a body comes after its parent graph here (the walk's order): edit the bodies first. Rebuilding a graph's
+        # node list copies each node, its bodies included, so a body edited after its parent was rebuilt would be
+        # edited in a copy no longer in the model (an eps raised inside an If lost its new initializer)
+        for gid, gp in reversed(graphs.items()):
             nodes = list(gp.node)
             if gid in self._head or any(id(n) in self._before or id(n) in self._after or id(n) in self._dropped
                                         for n in nodes):

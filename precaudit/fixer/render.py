@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..escape import encodable, printable
 from .check import Emulated
-from .run import FixResult
+
+if TYPE_CHECKING:
+    from .run import FixResult
 
 __all__ = ["render_text", "render_json", "SCHEMA_VERSION"]
 

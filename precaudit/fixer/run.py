@@ -79,14 +79,41 @@ class FixResult:
                 and not self.withheld and not self.problems)
 
     @property
+    def errors_left(self) -> list[Finding]:
+        """The error findings a run that wrote nothing leaves as they were (none after a dry run: it was asked for
+        a plan only)."""
+        if self.dry_run or self.written:
+            return []
+        return [f for f in self.before if f.severity == "error"]
+
+    @property
     def exit_code(self) -> int:
-        """0 written and checked on the user's inputs (or nothing to write); 1 a repair withheld or a check failed;
-        3 written, but its float32 check ran on synthesized inputs only, or could not run."""
-        if self.problems or self.withheld:
+        """0 written and checked on the user's inputs (or nothing to write and no error left); 1 a repair withheld,
+        a check failed, or nothing written while error findings remain (as `ruff --fix` exits 1 when violations
+        remain); 3 written, but its float32 check ran on synthesized inputs only, or could not run."""
+        if self.problems or self.withheld or self.errors_left:
             return 1
         if self.written and not self.verified:
             return 3
         return 0
+
+    def reason(self) -> str | None:
+        """Why the exit code is 1, in one line (for stderr); None otherwise."""
+        if self.exit_code != 1:
+            return None
+        if self.problems:
+            more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+            return f"the fixed model was not written: {self.problems[0]}{more}"
+        if self.withheld:
+            first = self.withheld[0]
+            rest = len(self.plan.repairs)
+            what = f"the {rest} other repair{'s' * (rest != 1)} written" if self.written else "no model written"
+            return (f"{len(self.withheld)} repair{'s' * (len(self.withheld) != 1)} withheld ({first.kind} at "
+                    f"'{first.node.name}': {first.withheld}); {what}")
+        left = self.errors_left
+        shown = ", ".join(f"{f.rule_id} at '{f.node_name}'" for f in left[:3]) + (" ..." if len(left) > 3 else "")
+        return (f"nothing repaired and {len(left)} error finding{'s' * (len(left) != 1)} "
+                f"remain{'s' * (len(left) == 1)} ({shown}): no model written")
 
 
 @dataclass
@@ -142,7 +169,8 @@ def run_fix(model: str, output: str | None, deployment: Deployment, rules: list[
             _checker(tmp, output, model)
             fixed_graph = _reaudit(result, str(tmp), deployment, rules, keep)
             _compare(result, graph, fixed_graph, pristine, fixed, str(tmp), batches)
-            failed = _gate(plan.repairs, options.tolerance, ctx)
+            failed = _gate(plan.repairs, options.tolerance, ctx) or _gate_whole(plan.repairs, options.tolerance, ctx,
+                                                                               result.comparison)
             if not failed:
                 break
             result.withheld += failed
@@ -254,6 +282,23 @@ def _gate(repairs: list[Repair], tolerance: float, ctx: Context) -> list[Repair]
         if failed:
             return failed
     return failed
+
+
+def _gate_whole(repairs: list[Repair], tolerance: float, ctx: Context, whole: Comparison | None) -> list[Repair]:
+    """The tolerance bounds the written model, not each repair: when every repair is within it alone but the
+    fixed model's outputs together move beyond it (several norms' eps raised, each a little), the repair that
+    changes the outputs most is withheld, and the rest measured again (one a round, largest first)."""
+    if whole is None or whole.largest is None or len(repairs) < 2:
+        return []
+    worst = whole.largest
+    if worst.relative <= tolerance and not any(d.nonfinite_after > d.nonfinite_before for d in whole.outputs):
+        return []
+    largest = max(repairs, key=lambda r: r.output_change or 0.0)
+    largest.withheld = (f"the repairs together change the float32 outputs by {worst.relative:.3g} (relative) at "
+                        f"'{worst.name}', beyond --tolerance {tolerance:g}, though each alone is within it: this one "
+                        f"changes them most ({largest.output_change or 0.0:.3g} alone), so it is left out first")
+    largest.keep_instead = _keep_instead(ctx, largest)
+    return [largest]
 
 
 # the repairs of a hazard only the narrow dtype has (an eps or a floor lost there, a fill beyond its range): keeping

@@ -11,7 +11,8 @@ import onnx.inliner
 from ..errors import InputError
 from ..files import open_regular
 from ..ir import Graph
-from .onnx_builder import Undeclared, build_graph
+from .onnx_builder import ReadLater, Undeclared, build_graph
+from .onnx_order import sort_for_bodies
 
 __all__ = ["load_onnx"]
 
@@ -33,7 +34,7 @@ def load_onnx(path: str) -> Graph:
         # checks each output as it goes and gives up at the first one the file does not declare.
         try:
             return build_graph(path, model_dir, model, declared_only=True)
-        except Undeclared:
+        except (Undeclared, ReadLater):  # (a body is never read from declarations alone)
             pass
     if inlined or _holds_weights(model):
         model = _infer_shapes(model)
@@ -43,7 +44,14 @@ def load_onnx(path: str) -> Graph:
         del model
         model = _infer_shapes_of_bytes(path, data)
     del data
-    return build_graph(path, model_dir, model)
+    try:
+        return build_graph(path, model_dir, model)
+    except ReadLater:
+        # a body reads an outer value that a later node of its parent makes: onnxruntime runs such a model (its
+        # float16 converter writes one, the Cast back to float16 of a kept node's output placed last); read it
+        # in the order onnxruntime runs it
+        sort_for_bodies(model.graph)
+        return build_graph(path, model_dir, _infer_shapes(model), resorted=True)
 
 
 _WEIGHT_BYTES = 1 << 16

@@ -25,10 +25,14 @@ _META_SCOPE = "pkg.torch.onnx.name_scopes"
 _META_STACK = "pkg.torch.onnx.stack_trace"
 
 
-def build_graph(path: str, model_dir: Path, model: onnx.ModelProto, declared_only: bool = False) -> Graph:
-    """The IR of the model; declared_only: raise Undeclared at the first value the file leaves to inference."""
+def build_graph(path: str, model_dir: Path, model: onnx.ModelProto, declared_only: bool = False,
+                resorted: bool = False) -> Graph:
+    """The IR of the model; declared_only: raise Undeclared at the first value the file leaves to inference.
+    resorted: the nodes were put in the order onnxruntime runs them (onnx_order.sort_for_bodies), after a body read
+    a value only a later node of its parent makes (ReadLater)."""
     opsets = {_domain(text(imp.domain)): imp.version for imp in model.opset_import}
     builder = _Builder(path, model_dir, opsets, declared_only)
+    builder.resorted = resorted
     graph = Graph(path=path, producer_name=text(model.producer_name))
     builder.build(model.graph, graph, scope={}, subgraph_path="")
     graph.acyclic = True  # the builder refused any value read before it was defined
@@ -38,6 +42,10 @@ def build_graph(path: str, model_dir: Path, model: onnx.ModelProto, declared_onl
 
 class Undeclared(Exception):
     """A node output without a declared tensor type and shape, or a control-flow body: inference is needed."""
+
+
+class ReadLater(Exception):
+    """A body reads a value no earlier node defines: perhaps a later node of an outer graph (see onnx.load_onnx)."""
 
 
 def _domain(name: str) -> str:
@@ -86,6 +94,7 @@ class _Builder:
         self._noted: set[str] = set()  # external data files already recorded as read (files.note_read)
         self._root: onnx.GraphProto | None = None
         self._taken: set[str] | None = None  # every name the file gives a node, read at the first unnamed node
+        self.resorted = False  # the nodes were put in the order onnxruntime runs them (build_graph)
 
     def _explicit_names(self) -> set[str]:
         """The names the file gives its nodes, bodies included (iterative): what a generated name must not be."""
@@ -287,6 +296,8 @@ class _Builder:
         return attrs, bodies, body_attrs
 
     def _missing(self, node: Node, iname: str) -> NoReturn:
+        if node.subgraph_path and not self.resorted:
+            raise ReadLater(iname)
         # Auditing around the gap would judge nodes by a dtype and a producer nobody can know; say so.
         raise InputError(self.path, f"the graph is invalid: node '{node.name}' ({node.op_type}) reads "
                                     f"'{iname}', which no graph input, initializer or earlier node defines "

@@ -119,7 +119,7 @@ def _factory_model(spec: str, options: TorchOptions) -> Iterator[tuple[nn.Module
     sys.path is restored and the modules imported from that folder are forgotten, so the next model's
     `import layers` finds its own layers.py, not this one's.
     """
-    from .torch_input import check_importable
+    from .torch_objects import check_importable
 
     given = registered(spec)
     if given is not None:  # a module the Python API handed over: nothing to import

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -12,39 +11,17 @@ from ..errors import InputError
 from ..ir import Graph
 from ..options import TorchOptions
 from .torch_objects import REGISTERED as _REGISTERED
+from .torch_objects import check_importable, factory_spec
 
 __all__ = ["check_torch_installed", "is_torch_input", "load_torch", "load_torch_for_trace", "torch_input_files",
-           "factory_spec", "check_importable"]
+           "factory_spec", "check_importable"]  # (the two last from torch_objects, which torch_graph reads too)
 
-_FACTORY = re.compile(r"^(?P<target>[^:]+\.py|[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_]\w*)\Z")
 _FILES = (".pt2", ".pt", ".pth", ".ts")
 
 
 def is_torch_input(spec: str) -> bool:
     """model.py:make_model, package.module:factory, a .pt2 / TorchScript file, or a module the API registered."""
     return spec in _REGISTERED or spec.lower().endswith(_FILES) or factory_spec(spec) is not None
-
-
-def factory_spec(spec: str) -> re.Match[str] | None:
-    """model.py:make or package.module:make, taken apart by _FACTORY; None for anything else.
-
-    An argument that names an existing file or folder (a dangling symlink too) is that path, never a factory: a
-    pull request can add evil.py and a file named `evil.py:make` beside it, and a CI glob such as `models/*`
-    hands that name over as a path to audit, not as code to import.
-    """
-    if spec in _REGISTERED or os.path.lexists(spec):
-        return None
-    return _FACTORY.match(spec)
-
-
-def check_importable(spec: str, factories: bool = True) -> None:
-    """Refuse, as one InputError, to import a factory spec that names an existing path, or any factory when the
-    user said --no-factories (then model.py:make is a missing model file, like any other)."""
-    if os.path.lexists(spec):
-        raise InputError(spec, "names a file, not a factory: precaudit reads a path it is given as a file, never "
-                               "imports it as code")
-    if not factories:
-        raise InputError(spec, "no such file (--no-factories: precaudit imports no model.py:factory)")
 
 
 def torch_input_files(spec: str) -> list[Path]:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..trace.inputs import InputSource
     from .snippet_run import SnippetCheck
 
-__all__ = ["FOR_TARGETS", "Entry", "KeepList", "build_keep_list", "static_findings"]
+__all__ = ["FOR_TARGETS", "POLICIES", "Entry", "KeepList", "Policy", "build_keep_list", "static_findings"]
 
 # What --for accepts: the ONNX converters (each with its converter model) and the PyTorch ways to keep modules.
 FOR_TARGETS = ("onnxconverter-common", "onnxruntime", "olive", "modelopt", "pytorch", "torch-tensorrt")
@@ -53,6 +53,25 @@ class Entry:
     sites: list[Node] = field(default_factory=list)  # static: the node each finding is at, by identity
 
 
+POLICIES = ("minimal", "safe")
+
+
+@dataclass
+class Policy:
+    """Which of the two traced lists the snippet applies: minimal (the smallest list that verifies on the inputs)
+    or safe (every static finding's nodes, and what the run added); why; what the other list would change."""
+
+    applied: str
+    why: str
+    adds: list[Node] = field(default_factory=list)  # nodes the other list keeps and this one does not
+    drops: list[Node] = field(default_factory=list)  # nodes this list keeps and the other does not
+    reasons: list[str] = field(default_factory=list)  # why the other list keeps what it adds (static findings)
+
+    @property
+    def other(self) -> str:
+        return "safe" if self.applied == "minimal" else "minimal"
+
+
 @dataclass
 class KeepList:
     model: str
@@ -70,6 +89,7 @@ class KeepList:
     batches: list = field(default_factory=list, repr=False)  # the verification's inputs, for the snippet's run
     snippet_check: SnippetCheck | None = None  # the printed snippet, run with the real converter
     alternative: str = ""  # why the list printed is not the first one found (a converter that cannot keep it)
+    policy: Policy | None = None  # traced: which list is printed (--policy), and what the other would change
 
     @property
     def deployment(self) -> Deployment:
@@ -95,6 +115,8 @@ class KeepList:
         check = self.snippet_check
         if check is not None and check.ran and not check.ok:
             return 1
+        if self.alternative and not self.verified:  # the list printed leaves out what a finding needs kept
+            return 1
         if self.verification is not None:
             if not self.verified:
                 return 1
@@ -103,6 +125,26 @@ class KeepList:
         if check is None or not check.ran:
             return 3
         return 0
+
+    def reason(self) -> str | None:
+        """Why the exit code is 1, in one line (for stderr); None otherwise."""
+        if self.exit_code != 1:
+            return None
+        check = self.snippet_check
+        if check is not None and check.ran and not check.ok:
+            why = check.problem or (f"the converted model still has {check.errors[0]}" if check.errors else
+                                    "the converted model's outputs are inf/NaN where float32's are not")
+            return f"NOT verified: {why}"
+        if self.alternative:
+            return f"NOT verified: {self.alternative}"
+        final = self.verification.final if self.verification is not None else None
+        if self.verification is not None and self.verification.stopped:
+            return f"NOT verified: {self.verification.stopped}"
+        if final is not None and not final.finite:
+            return "NOT verified: an emulated output is inf/NaN with the list kept"
+        if final is not None:
+            return f"NOT verified: emulated output error {final.error:.3g}, beyond --tolerance {self.tolerance:g}"
+        return "NOT verified: the converted model's output error is beyond --tolerance"
 
     @property
     def nodes(self) -> list[Node]:
@@ -161,8 +203,10 @@ def converter_for(target_for: str) -> Converter:
 
 
 def build_keep_list(audit: Audit, path: str, target_for: str, tolerance: float = 1e-2, max_runs: int = 30,
-                    progress: Callable[[str], None] | None = None) -> KeepList:
-    """The keep-list of one model: static from its findings, verified by emulation when the audit is traced."""
+                    progress: Callable[[str], None] | None = None, policy: str | None = None) -> KeepList:
+    """The keep-list of one model: static from its findings, verified by emulation when the audit is traced.
+    policy: minimal or safe, the traced list printed (None: minimal on the user's inputs, safe on synthesized
+    ones)."""
     from ..audit_models import load_graph
     from ..frontends.torch_input import is_torch_input
 
@@ -194,12 +238,53 @@ def build_keep_list(audit: Audit, path: str, target_for: str, tolerance: float =
         batches, result.source = input_batches(graph, trace)
         result.batches = batches
         result.inputs = result.source.describe()
-        static = [n for e in result.entries for n in e.nodes]
-        check = verify(graph, result.deployment, static, chains, batches, trace.engine, tolerance, max_runs,
-                       progress, trace.timeout)
+        result.policy = _policy(policy, result.source.synthesized)
+
+        def verified(start: list[Node]) -> Verification:
+            return verify(graph, result.deployment, start, chains, batches, trace.engine, tolerance, max_runs,
+                          progress, trace.timeout)
+
+        static_entries = result.entries
+        static = [n for e in static_entries for n in e.nodes]
+        check = verified(static if result.policy.applied == "safe" else [])
+        if result.policy.applied == "minimal":
+            result.entries = []
         result.entries += [Entry("traced", [a.reason], a.nodes, a.dropped, keep_io=a.keep_io) for a in check.added]
         result.verification, result.tolerance = check, tolerance
+        _compare_policies(result, static_entries, verified)
+    elif policy is not None:
+        raise InputError(None, f"--policy {policy}: the two lists differ by what a traced run measures; add --trace")
     return result
+
+
+def _policy(policy: str | None, synthesized: bool) -> Policy:
+    """The list printed. By default minimal on the user's own inputs: what they measure is the need, and the
+    static list's extra nodes (norm rules these inputs never trigger) cost speed for nothing measured; safe on
+    synthesized inputs, which measure no real data: every static finding keeps its nodes."""
+    if policy is not None:
+        return Policy(check_choice(policy, POLICIES, "--policy"), "chosen with --policy")
+    if synthesized:
+        return Policy("safe", "the default on synthesized inputs, which measure nothing of your data: every static "
+                              "finding keeps its nodes")
+    return Policy("minimal", "the default with --trace on your inputs: the smallest list that verifies on them")
+
+
+def _compare_policies(result: KeepList, static_entries: list[Entry], verified: Callable) -> None:
+    """What the other policy's list would add and drop. Against a minimal list, the safe one adds the static
+    entries' nodes it does not hold (no second run: safe starts from them and keeps them all). Against a safe list,
+    the minimal one is a second verification, from nothing."""
+    assert result.policy is not None  # set by build_keep_list before
+    mine = {id(n) for n in result.nodes}
+    if result.policy.applied == "minimal":
+        static = {id(n) for e in static_entries for n in e.nodes}
+        result.policy.adds = [n for n in result.graph.nodes if id(n) in static and id(n) not in mine]
+        result.policy.reasons = [r for e in static_entries if any(id(n) not in mine for n in e.nodes)
+                                 for r in e.reasons]
+        return
+    minimal = verified([])
+    other = {id(n) for a in minimal.added if not a.dropped for n in a.nodes}
+    result.policy.adds = [n for n in result.graph.nodes if id(n) in other and id(n) not in mine]
+    result.policy.drops = [n for n in result.graph.nodes if id(n) in mine and id(n) not in other]
 
 
 def static_findings(graph: Graph, resolver: DtypeResolver, rules: list[Rule], path: str,

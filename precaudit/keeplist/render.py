@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import re
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..converters import KeepArgs
 from ..converters import modelopt, onnxconverter_common, onnxruntime, pytorch
 from ..escape import exact_regex, printable
 from ..ir import Node, duplicate_renames
-from . import KeepList
+
+if TYPE_CHECKING:
+    from . import KeepList
 
 __all__ = ["render_text", "render_json", "raw_name", "is_unnamed", "keep_args"]
 
@@ -125,6 +127,11 @@ def render_json(keep: KeepList) -> str:
         "control_flow_problem": keep.converter.control_flow if _control_flow(keep) else None,
         "snippet_check": keep.snippet_check.record() if keep.snippet_check is not None else None,
         "alternative": keep.alternative or None,
+        "policy": None if keep.policy is None else {
+            "applied": keep.policy.applied, "why": keep.policy.why, "other": keep.policy.other,
+            "other_adds": [listed.get(id(n), raw_name(n)) for n in keep.policy.adds],
+            "other_drops": [listed.get(id(n), raw_name(n)) for n in keep.policy.drops],
+            "other_reasons": keep.policy.reasons},
         "keep_io_types": keep.keep_io,
         "inputs": keep.source.record() if keep.source is not None else None,
         "external_data_over_2gb": args.large,
@@ -154,6 +161,7 @@ def render_text(keep: KeepList) -> str:
                      f"{verdict['emulation_runs']} emulation runs")
         if verdict["stopped"]:
             lines.append(f"  {printable(verdict['stopped'])}")
+        lines += _policy_lines(keep, listed)
         if verdict["verified"] and verdict["synthesized"]:
             lines.append("  NOT CHECKED ON YOUR DATA: synthesized inputs have no silence, no padding and no large "
                          "values; give yours with --inputs FILE.npz (exit 3 until then)")
@@ -191,6 +199,26 @@ def render_text(keep: KeepList) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _policy_lines(keep: KeepList, listed: dict[int, str]) -> list[str]:
+    """Which list the snippet applies, why, and what the other policy's list would add and drop."""
+    policy = keep.policy
+    if policy is None:
+        return []
+    lines = [f"  policy {policy.applied}: {printable(policy.why)}; the snippet applies this list"]
+    if not policy.adds and not policy.drops:
+        lines.append(f"  --policy {policy.other} gives the same list")
+        return lines
+    change = []
+    if policy.adds:
+        change.append(f"add {_names(policy.adds, listed)}")
+    if policy.drops:
+        change.append(f"drop {_names(policy.drops, listed)}")
+    lines.append(f"  --policy {policy.other} would {' and '.join(change)}")
+    if policy.reasons:
+        lines.append(f"          for the static findings {printable('; '.join(policy.reasons))}")
+    return lines
+
+
 def _refused(keep: KeepList) -> bool:
     """The snippet ran and the converter's model does not load: it is not printed as the answer."""
     check = keep.snippet_check
@@ -208,7 +236,8 @@ def _snippet_lines(keep: KeepList) -> list[str]:
         lines.append(f"  snippet: {printable(check.how)}")
         return lines
     if check.loads is False or check.problem:
-        lines.append(f"  snippet FAILS as printed ({printable(check.how)}): {printable(check.problem or '')}")
+        lines.append(f"  NOT verified: {printable(check.problem or '')} (the snippet run as printed, "
+                     f"{printable(check.how)})")
         return lines
     measured = ""
     if check.error is not None:

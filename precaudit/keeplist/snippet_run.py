@@ -1,6 +1,7 @@
 """Every keep-list snippet checked as printed: the real converter runs it (where it is installed, in a child
-Python), onnxruntime loads the model it writes, a static audit of that model looks for error findings, and, with
-inputs, the converted model runs on them against the original's float32 outputs.
+Python), onnxruntime loads the model it writes (in another child: a converted model has crashed onnxruntime, and
+keep-list must outlive that), a static audit of that model looks for error findings, and, with inputs, the
+converted model runs on them against the original's float32 outputs.
 
 The snippet run is the printed one but for the path it saves to (a scratch folder: the user's folder gets nothing).
 It runs with `python -I`: no current folder or user site on sys.path, so a module file beside the model cannot
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -35,16 +38,18 @@ class SnippetCheck:
 
     ran: bool  # the real converter ran it
     how: str  # which converter ran it, or why it did not run
-    loads: bool | None = None  # onnxruntime accepted the model it wrote
-    problem: str | None = None  # the first line of what failed
+    loads: bool | None = None  # onnxruntime accepted the model it wrote (None: not known, it crashed or never ran)
+    problem: str | None = None  # what failed, in one line
     errors: list[str] = field(default_factory=list)  # error findings of a static audit of the written model
     finite: bool | None = None  # on the inputs: every output finite where the float32 reference is
     error: float | None = None  # largest output error over the output's largest |value|, on the inputs
     inputs: str = ""
+    crashed: int | None = None  # the signal that ended onnxruntime loading or running the converted model
 
     @property
     def ok(self) -> bool:
-        return self.ran and bool(self.loads) and not self.errors and self.finite is not False
+        return (self.ran and bool(self.loads) and not self.errors and self.finite is not False
+                and self.problem is None)
 
     def within(self, tolerance: float) -> bool:
         return self.ok and (self.error is None or self.error <= tolerance)
@@ -85,14 +90,15 @@ def check_snippet(target_for: str, args: KeepArgs, render, target, rules, batche
         if proc.returncode != 0 or not os.path.exists(out):
             check.problem = "the snippet failed: " + _last_line(proc.stderr)
             return check
-        session = _session(out, check)
-        if check.problem:  # the scratch path means nothing to the user
-            check.problem = check.problem.replace(out, "the converted model")
-        if session is None:
+        reference = _reference(reference_model, batches or [], check)
+        outputs = _run_converted(out, folder, batches or [], list(reference[0]) if reference else [], check)
+        if check.problem is not None:  # the scratch path means nothing to the user
+            check.problem = check.problem.replace(out, "the converted model").replace(folder, "a scratch folder")
+        if not check.loads:
             return check
-        check.errors = _error_findings(out, target, rules, not_fixed)
-        if batches:
-            _compare(check, session, reference_model, batches)
+        check.errors = _error_findings(out, target, rules, not_fixed, check)
+        if reference and outputs is not None:
+            _compare(check, reference, outputs)
     return check
 
 
@@ -101,70 +107,147 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else "no message"
 
 
-def _session(path: str, check: SnippetCheck):
-    import onnxruntime as ort
+def _one_line(text: str) -> str:
+    """A message of several lines (onnxruntime's, onnx.checker's) as one line: the last line alone can be
+    ' is not output of any previous nodes.'. onnxruntime's 'Load model from PATH failed:' goes (the path is the
+    scratch file), so the rest fits."""
+    return " ".join(re.sub(r"Load model from .*? failed:", "", text).split())[:400] or "no message"
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 4
+
+# The child that loads and runs the converted model: argv is the model, the inputs (.npz, or - for none) and the
+# file to write the outputs to. It says "loaded" once the session is made; exit 3 is a model onnxruntime refuses
+# (its message on stderr), 4 a run that fails. Graph optimizations stay on, as the user's own session has them.
+_RUNNER = """
+import json, sys
+import numpy as np
+import onnxruntime as ort
+model, feeds, outs = sys.argv[1:4]
+options = ort.SessionOptions()
+options.log_severity_level = 4
+try:
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+except Exception as exc:
+    sys.stderr.write(" ".join(str(exc).split()) or type(exc).__name__)
+    sys.exit(3)
+print("loaded", flush=True)
+if feeds == "-":
+    sys.exit(0)
+plan = json.loads(open(feeds + ".json", encoding="utf-8").read())
+data = np.load(feeds, allow_pickle=False)
+types = {i.name: i.type for i in session.get_inputs()}
+made = {o.name for o in session.get_outputs()}
+wanted = [n for n in plan["outputs"] if n in made]
+got = {}
+for b, names in enumerate(plan["batches"]):
+    fed = {}
+    for k, name in enumerate(names):
+        if name in types:
+            a = data[f"b{b}_{k}"]
+            kind = {"tensor(float16)": np.float16, "tensor(float)": np.float32}.get(types[name])
+            fed[name] = a.astype(kind) if kind is not None and a.dtype.kind == "f" else a
     try:
-        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        results = session.run(wanted, fed)
     except Exception as exc:
-        check.loads = False
-        check.problem = "onnxruntime refuses the model the snippet writes: " + _last_line(str(exc) or type(exc).__name__)
+        sys.stderr.write(" ".join(str(exc).split()) or type(exc).__name__)
+        sys.exit(4)
+    got.update({f"b{b}_{k}": np.asarray(r) for k, r in enumerate(results)})
+np.savez(outs, **got)
+print(json.dumps(wanted), flush=True)
+"""
+
+
+def _run_converted(path: str, folder: str, batches: list[dict[str, np.ndarray]], names: list[str],
+                   check: SnippetCheck) -> list[dict[str, np.ndarray]] | None:
+    """Load the converted model in onnxruntime, in a child process, and run it on the batches: per batch, its
+    outputs by name (None when it did not load or run). Fills check.loads, check.problem, check.crashed."""
+    feeds, outs = "-", os.path.join(folder, "outputs.npz")
+    if batches and names:
+        feeds = os.path.join(folder, "inputs.npz")
+        arrays: dict[str, np.ndarray] = {f"b{b}_{k}": np.asarray(v) for b, f in enumerate(batches)
+                                         for k, v in enumerate(f.values())}
+        np.savez(feeds, **arrays)  # type: ignore[arg-type]  # (numpy's stub takes the first keyword for allow_pickle)
+        with open(feeds + ".json", "w", encoding="utf-8") as fh:
+            json.dump({"batches": [list(f) for f in batches], "outputs": names}, fh)
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-c", _RUNNER, path, feeds, outs], capture_output=True,
+                              text=True, timeout=_TIMEOUT, errors="replace")
+    except subprocess.TimeoutExpired:
+        check.problem = f"onnxruntime did not finish with the converted model in {_TIMEOUT} s"
         return None
-    check.loads = True
-    return session
+    loaded = proc.stdout.startswith("loaded")
+    check.loads = True if loaded else None
+    if proc.returncode < 0:
+        check.crashed = -proc.returncode
+        check.problem = (f"onnxruntime crashed (signal {check.crashed}) "
+                         f"{'running' if loaded else 'loading'} the converted model")
+        return None
+    if proc.returncode == 3:
+        check.loads = False
+        check.problem = "onnxruntime refuses the model the snippet writes: " + _one_line(proc.stderr)
+        return None
+    if proc.returncode != 0:
+        check.problem = "onnxruntime cannot run the converted model: " + _one_line(proc.stderr or proc.stdout)
+        check.finite = False
+        return None
+    if feeds == "-":
+        return None
+    wanted = json.loads(proc.stdout.strip().splitlines()[-1])
+    with np.load(outs, allow_pickle=False) as data:
+        return [{name: data[f"b{b}_{k}"] for k, name in enumerate(wanted)} for b in range(len(batches))]
 
 
-def _error_findings(path: str, target, rules, not_fixed: frozenset[tuple[str, str]]) -> list[str]:
+def _error_findings(path: str, target, rules, not_fixed: frozenset[tuple[str, str]], check: SnippetCheck) -> list[str]:
     """The error findings of a static audit of the converted model, as it is stored (it runs as written), but for
-    those the list does not claim to fix."""
+    those the list does not claim to fix. A model precaudit cannot read is a problem of the check, said in one line
+    (never an error about a scratch file the user never gave)."""
     from ..deployment import Deployment
     from ..audit_models import load_graph
-    from . import static_findings
+    from ..errors import InputError
+    from ..audit_models import static_matches
 
-    graph = load_graph(path, None, target.name)
+    try:
+        graph = load_graph(path, None, target.name)
+    except InputError as exc:
+        check.problem = "precaudit cannot read the converted model: " + exc.problem.replace(path, "it")
+        return []
     resolver = Deployment(target).resolver(graph)  # the converted model runs as it is stored
-    found = static_findings(graph, resolver, rules, path, weights=False)
+    found = [m.finding for m in static_matches(graph, resolver, rules, path, weights=False)]
     return [f"{f.rule_id} {f.rule_name} at '{f.node_name}'" for f in found
             if f.severity == "error" and (f.rule_id, f.node_name) not in not_fixed]
 
 
-def _compare(check: SnippetCheck, session, reference_model: str, batches: list[dict[str, np.ndarray]]) -> None:
-    """The converted model on each batch against the original in float32 (both by onnxruntime, no fusions)."""
+def _reference(model: str, batches: list[dict[str, np.ndarray]], check: SnippetCheck
+               ) -> tuple[dict[str, None], list[dict[str, np.ndarray]]] | None:
+    """The original's float32 outputs on each batch (onnxruntime, no fusions): (its output names, the runs)."""
+    if not batches:
+        return None
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4
     try:
-        reference = ort.InferenceSession(reference_model, options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     except Exception as exc:
-        check.problem = "onnxruntime cannot run the original model: " + _last_line(str(exc))
-        return
-    wanted = {i.name: i.type for i in session.get_inputs()}
-    names = [o.name for o in reference.get_outputs()]
-    converted_names = {o.name for o in session.get_outputs()}
+        check.problem = "onnxruntime cannot run the original model: " + _one_line(str(exc))
+        return None
+    names = [o.name for o in session.get_outputs()]
+    known = {i.name for i in session.get_inputs()}
+    runs = [dict(zip(names, session.run(names, {k: v for k, v in f.items() if k in known}))) for f in batches]
+    return dict.fromkeys(names), runs
+
+
+def _compare(check: SnippetCheck, reference: tuple[dict[str, None], list[dict[str, np.ndarray]]],
+             converted: list[dict[str, np.ndarray]]) -> None:
+    """The converted model's outputs on each batch against the original's in float32."""
     finite, error = True, 0.0
-    for feeds in batches:
-        ref = dict(zip(names, reference.run(names, {k: v for k, v in feeds.items()
-                                                    if k in {i.name for i in reference.get_inputs()}})))
-        cast = {k: _as(v, wanted[k]) for k, v in feeds.items() if k in wanted}
-        try:
-            got = dict(zip(names, session.run([n for n in names if n in converted_names], cast)))
-        except Exception as exc:
-            check.problem = "onnxruntime cannot run the converted model: " + _last_line(str(exc))
-            check.finite = False
-            return
-        for name in names:
-            if name not in got:
-                continue
+    for ref, got in zip(reference[1], converted):
+        for name, b in got.items():
             a = np.asarray(ref[name])
-            b = np.asarray(got[name])
             if a.dtype.kind != "f":
                 error = max(error, 0.0 if np.array_equal(a, b) else math.inf)
                 continue
-            a, b = a.astype(np.float64), b.astype(np.float64)
+            a, b = a.astype(np.float64), np.asarray(b).astype(np.float64)
             ok = np.isfinite(a)
             if np.any(ok & ~np.isfinite(b)):
                 finite = False
@@ -175,12 +258,3 @@ def _compare(check: SnippetCheck, session, reference_model: str, batches: list[d
                 error = max(error, diff / top if top > 0 else diff)
     check.finite = finite
     check.error = error if finite else math.inf
-
-
-def _as(array: np.ndarray, onnx_type: str) -> np.ndarray:
-    """A batch's array in the dtype the converted model's input now has (float16 where keep_io_types=False)."""
-    if onnx_type == "tensor(float16)":
-        return np.asarray(array).astype(np.float16)
-    if onnx_type == "tensor(float)":
-        return np.asarray(array).astype(np.float32)
-    return np.asarray(array)

@@ -16,7 +16,7 @@ import math
 from collections import Counter
 from typing import Sequence
 
-from .. import __version__
+from ..version import __version__
 from ..dtypes import FORMATS, Format, format_named
 from ..escape import printable
 from ..finding import SEVERITIES, Finding, severity_rank

@@ -11,7 +11,7 @@ import json
 import math
 from dataclasses import asdict
 
-from .. import __version__
+from ..version import __version__
 from ..escape import encodable
 from ..finding import SEVERITIES
 from .outcome import Outcome

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import __version__
+from ..version import __version__
 from ..finding import Finding
 from ..rules.loader import Rule
 from .json import _strict

@@ -123,7 +123,7 @@ class TrainSetup:
 def load_setup(spec: str) -> TrainSetup:
     """Import model.py (or package.module), call the factory, and check what it returned."""
     from ..frontends.torch_graph import _import_model, _isolated_imports
-    from ..frontends.torch_input import check_importable
+    from ..frontends.torch_objects import check_importable
 
     check_importable(spec)  # a file named `model.py:make` is a file, never code
     target, sep, attr = spec.rpartition(":")

@@ -1,0 +1,84 @@
+"""precaudit fix's exit code and its one stderr line: a run asked for a fixed model that writes nothing while error
+findings remain exits 1 (as `ruff --fix` does when violations remain), and every exit 1 says why on stderr; the
+tolerance bounds the written model, not each repair alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fixtures import fix_models
+from fixtures.onnx_builders import chain_model, save
+from precaudit.cli import main
+
+
+def _unguarded_sqrt(folder: Path) -> Path:
+    """sqrt(x·x + 1e-12): the eps is 0.0 in float16 (PA305, an error) and guards data of unknown sign, which fix
+    leaves to the author."""
+    return save(chain_model([("Mul", ["x", "x"], "p"), ("Add", ["p", "eps"], "guard"), ("Sqrt", ["guard"], "root")],
+                            dtype="fp32", consts={"eps": 1e-12}), folder / "sqrt.onnx")
+
+
+def test_nothing_repaired_with_an_error_left_exits_1_and_says_why_on_stderr(capsys, tmp_path):
+    model, out = _unguarded_sqrt(tmp_path), tmp_path / "fixed.onnx"
+    assert main(["fix", str(model), "-o", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (f"precaudit: {model}: nothing repaired and 1 error finding remains (PA305 at 'guard'): "
+                            "no model written\n")
+    assert "  left    PA305 guard-eps-underflow  node 'guard' (Add)" in captured.out
+    assert captured.out.endswith("  nothing repaired: no model written\n") and not out.exists()
+    # a plan was all a dry run asked for
+    assert main(["fix", str(model), "--dry-run"]) == 0 and capsys.readouterr().err == ""
+
+
+def test_nothing_to_repair_but_warnings_exits_0(capsys, tmp_path):
+    """A floor on data, left alone by default: PA301 is a warning, so nothing written is no failure."""
+    model = fix_models.power_log(tmp_path / "power.onnx")
+    assert main(["fix", str(model), "-o", str(tmp_path / "fixed.onnx")]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_a_withheld_repair_says_so_on_stderr(capsys, tmp_path):
+    model = fix_models.power_log(tmp_path / "power.onnx")
+    speech = fix_models.speech_frames(tmp_path / "speech.npz")
+    code = main(["fix", str(model), "-o", str(tmp_path / "fixed.onnx"), "--data-floor", "subnormal",
+                 "--inputs", str(speech)])
+    assert code == 1
+    assert capsys.readouterr().err == (
+        f"precaudit: {model}: 1 repair withheld (guard-raise at 'log': it changes the float32 outputs by 0.398 "
+        "(relative) at 'y', beyond --tolerance 0.001); no model written\n")
+
+
+def test_repairs_each_within_the_tolerance_together_beyond_it_are_not_all_written(capsys, tmp_path):
+    """Two LayerNorms' eps raised: alone each moves y by 6.4e-4 and 5.3e-4 of its largest |value|, within 1e-3;
+    together by 1.16e-3. The one that moves it most is withheld and the written model, measured again, moves y by
+    5.3e-4: within the tolerance (exit 1: a repair withheld)."""
+    import onnxruntime as ort
+
+    model, out = fix_models.two_norms(tmp_path / "two.onnx"), tmp_path / "fixed.onnx"
+    x = np.random.default_rng(0).standard_normal((4, 16))
+    x = ((x - x.mean(-1, keepdims=True)) / x.std(-1, keepdims=True) * np.sqrt(0.02)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", x=x)
+    code = main(["fix", str(model), "-o", str(out), "--inputs", str(tmp_path / "x.npz"), "--format", "json"])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert code == 1 and report["written"] and out.exists()
+    [written], [withheld] = report["repairs"], report["withheld"]
+    assert (written["node"], withheld["node"]) == ("lnB_add_eps", "lnA_add_eps")
+    assert round(withheld["output_change"]["relative"], 6) == 0.000636
+    assert round(written["output_change"]["relative"], 6) == 0.000526
+    assert withheld["reason"] == ("the repairs together change the float32 outputs by 0.00116 (relative) at 'y', beyond "
+                                  "--tolerance 0.001, though each alone is within it: this one changes them most "
+                                  "(0.000636 alone), so it is left out first")
+    assert withheld["keep_fp32_instead"] == ["lnA_mean", "lnA_sub", "lnA_square", "lnA_var", "lnA_add_eps",
+                                             "lnA_sqrt", "lnA_div"]
+    assert captured.err.startswith(f"precaudit: {model}: 1 repair withheld (eps-raise at 'lnA_add_eps': the repairs "
+                                   "together") and captured.err.endswith("; the 1 other repair written\n")
+    # the written model, run apart from precaudit: within the tolerance, as its report says
+    [a] = ort.InferenceSession(str(model)).run(None, {"x": x})
+    [b] = ort.InferenceSession(str(out)).run(None, {"x": x})
+    relative = float(np.max(np.abs(a - b)) / np.max(np.abs(a)))
+    assert relative == pytest.approx(report["float32"]["outputs"][0]["relative"], rel=1e-5) and relative <= 1e-3
