@@ -44,7 +44,14 @@ class Fact:
 
     @property
     def measured(self) -> bool:
-        return self.source.startswith("measured")
+        """Measured on this project's machines (the tests measure it again where the runtime installs)."""
+        return "measured" in self.source
+
+    @property
+    def how(self) -> str:
+        if self.source.startswith("measured"):
+            return "measured"
+        return "read and measured" if self.measured else "read"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,114 @@
+"""The runtime models (--runtime): names, versions, facts with sources, the page generated from them, and the
+verdicts that flip between runtimes on the graphs each fact is about."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fixtures.onnx_builders import decomposed_layernorm, fused_norm, save
+from precaudit.runtime import RUNTIME_NAMES, runtime_classes, runtime_named
+from precaudit.runtime.listing import runtimes_page
+from tests.helpers import run_json
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "runtimes.md"
+
+
+def test_the_committed_runtimes_page_is_what_the_models_generate():
+    assert DOCS.read_text() == runtimes_page(), "regenerate: precaudit runtimes --write-page docs/runtimes.md"
+
+
+def test_every_runtime_has_its_versions_and_every_fact_a_source():
+    classes = runtime_classes()
+    assert tuple(classes) == RUNTIME_NAMES
+    for cls in classes.values():
+        assert cls.versions and list(cls.versions) == sorted(cls.versions, key=lambda v: tuple(map(int, v.split("."))))
+        assert cls.facts and all(f.source and f.says for f in cls.facts)
+        assert len({f.key for f in cls.facts}) == len(cls.facts)
+
+
+@pytest.mark.parametrize("spec, version, asked", [("ort-cuda", "1.32", None), ("ort-cuda@1.26", "1.26", None),
+                                                  ("ort-cuda@1.24", "1.26", "1.24"), ("ort-cuda@1.29", "1.27", "1.29"),
+                                                  ("tensorrt@11", "11", None), ("tensorrt@10.16", "10", "10.16")])
+def test_a_version_is_judged_as_the_nearest_modelled_one_not_after_it(spec, version, asked):
+    runtime = runtime_named(spec)
+    assert (runtime.version, runtime.asked) == (version, asked)
+
+
+@pytest.mark.parametrize("spec, problem", [("ort-gpu", "unknown runtime 'ort-gpu'; choose one of ort-cpu, ort-cuda,"),
+                                           ("ort-cuda@latest", "'ort-cuda@latest': the version must be numbers")])
+def test_an_unknown_runtime_or_version_is_one_line_exit_2(spec, problem, tmp_path, capsys):
+    from precaudit.cli import main
+
+    path = save(decomposed_layernorm(1e-5, dtype="fp16")[0], tmp_path / "ln.onnx")
+    assert main([str(path), "--runtime", spec]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"precaudit: --runtime: {problem}")
+
+
+def test_a_version_between_the_modelled_ones_is_a_warning_line(tmp_path, capsys):
+    from precaudit.cli import main
+
+    path = save(decomposed_layernorm(1e-5, dtype="fp16")[0], tmp_path / "ln.onnx")
+    main([str(path), "--runtime", "ort-cuda@1.24"])
+    assert capsys.readouterr().err.splitlines() == [
+        "precaudit: warning: ort-cuda@1.24 is not a modelled version: judged as ort-cuda@1.26, the nearest modelled "
+        "version not after it (modelled: 1.26, 1.27, 1.32)"]
+
+
+# ---- verdicts that flip between runtimes, each on the graph its fact is about ----------------------------------
+
+def _findings(path: Path, tmp_path: Path, *args: str) -> set[tuple[str, str]]:
+    _, report = run_json([path], *args, out_dir=tmp_path)
+    assert report["errors"] == []
+    return {(r["rule_id"], r["node_name"]) for r in report["results"] if r["severity"] in ("error", "warning")}
+
+
+def test_skip_layer_norm_in_float16_flips_with_the_onnxruntime_cuda_version(tmp_path):
+    """SkipLayerNormalization (eps 1e-12 by default) on float16: onnxruntime CUDA before 1.27 sums x² and holds eps
+    in float16 (#29034, fixed by #28682); CPU and CUDA 1.27 compute in float32."""
+    path = save(fused_norm("SkipLayerNormalization", dtype="fp16", domain="com.microsoft"), tmp_path / "skip.onnx")
+    assert _findings(path, tmp_path) == set()
+    assert _findings(path, tmp_path, "--runtime", "ort-cpu") == set()
+    assert _findings(path, tmp_path, "--runtime", "ort-cuda@1.26") == {("PA101", "norm"), ("PA208", "norm")}
+    assert _findings(path, tmp_path, "--runtime", "ort-cuda@1.27") == set()
+    _, report = run_json([path], "--runtime", "ort-cuda@1.26", out_dir=tmp_path)
+    values = next(r for r in report["results"] if r["rule_id"] == "PA101")["values"]
+    assert (values["runtime"], values["compute_fact"], values["compute_dtype"]) == \
+        ("ort-cuda@1.26", "skip-layer-norm-fp16-accumulator", "float16")
+    assert values["compute_source"].startswith("onnxruntime contrib_ops/cuda/bert/skip_layer_norm_impl.cu")
+
+
+def test_a_decomposed_float16_layernorm_is_safe_on_onnxruntime_cpu_and_not_on_tensorrt_11(tmp_path):
+    """onnxruntime CPU runs each float16 op of the chain in float32 (x² never overflows there); TensorRT 11 runs
+    exactly what the graph says: Pow in float16."""
+    path = save(decomposed_layernorm(1e-5, dtype="fp16")[0], tmp_path / "ln.onnx")
+    assert _findings(path, tmp_path, "--runtime", "ort-cpu") == set()
+    assert _findings(path, tmp_path, "--runtime", "tensorrt@11") == {("PA102", "add_eps"), ("PA208", "add_eps")}
+
+
+def test_stash_type_1_is_ignored_on_directml(tmp_path):
+    """A fused float16 LayerNormalization with stash_type=1 keeps float32 statistics on CPU; DirectML never reads
+    stash_type (#17692) and squares in float16, and its eps 1e-12 is 0.0 there."""
+    path = save(fused_norm("LayerNormalization", dtype="fp16", epsilon=1e-12, stash_type=1), tmp_path / "ln.onnx")
+    assert _findings(path, tmp_path, "--runtime", "ort-cpu") == set()
+    assert _findings(path, tmp_path, "--runtime", "ort-dml") == {("PA101", "norm"), ("PA208", "norm")}
+
+
+def test_a_float32_graph_with_eps_1e12_is_fine_on_cpu_and_not_on_qnn(tmp_path):
+    """--dtype fp32 on onnxruntime CPU runs float32; QNN's HTP computes float32 ops in float16 (QAIRT 2.35+)."""
+    path = save(decomposed_layernorm(1e-12, dtype="fp32")[0], tmp_path / "ln.onnx")
+    assert _findings(path, tmp_path, "--dtype", "fp32", "--runtime", "ort-cpu") == set()
+    assert _findings(path, tmp_path, "--dtype", "fp32", "--runtime", "ort-qnn") == \
+        {("PA101", "add_eps"), ("PA208", "add_eps")}
+
+
+def test_a_float32_graph_converted_to_float16_keeps_its_stored_zero_eps_on_onnxruntime_cpu(tmp_path):
+    """The conversion stores eps 1e-12 as float16 0.0; onnxruntime CPU computes the Add in float32 but reads the
+    0.0: PA101 stays, and says the smallest normal float16 is the floor."""
+    path = save(decomposed_layernorm(1e-12, dtype="fp32")[0], tmp_path / "ln.onnx")
+    _, report = run_json([path], "--runtime", "ort-cpu", out_dir=tmp_path)
+    [finding] = report["results"]
+    assert finding["rule_id"] == "PA101" and finding["values"]["compute_dtype"] == "float32"
+    assert "stored as float16: 0" in finding["message"] and "6.104e-05, the smallest normal float16" in finding["fix"]
