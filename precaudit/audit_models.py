@@ -125,6 +125,7 @@ def audit_models(paths: list[str], deployment: Deployment, rules: list[Rule],
             graph = resolver = sites = None
             gc.collect()
         try:
+            deployment.check_runs(path)
             with _collector_paused(path.lower().endswith(".onnx")):
                 graph = load_graph(path, torch_options, deployment.fmt.name, dims, strict_dims)
             with _collector_paused():

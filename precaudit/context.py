@@ -88,6 +88,7 @@ class Audit:
         """The model's graph, by the frontend its path names, with the --dim sizes."""
         from .audit_models import load_graph
 
+        self.deployment.check_runs(path)
         return load_graph(path, self.torch, self.deployment.fmt.name, self.dims, strict_dims)
 
     def static(self, graph: Graph, path: str, weights: bool = False,

@@ -53,6 +53,23 @@ class Deployment:
         return DtypeResolver(graph, self.fmt, list(self.keep_fp32), self.converter, keep_nodes=tuple(keep_nodes),
                              keep_io=keep_io, runtime=self.runtime, retarget=self.retarget)
 
+    def check_runs(self, path: str) -> None:
+        """One line for a model the runtime does not run: ONNX runtimes run ONNX files; coremltools, eager PyTorch
+        and Inductor run PyTorch modules."""
+        runtime = self.runtime
+        if runtime is None:
+            return
+        kind = "onnx" if path.lower().endswith(".onnx") else "torch"
+        if kind in runtime.runs:
+            return
+        from .errors import InputError
+
+        if kind == "onnx":
+            raise InputError(path, f"--runtime {runtime.name}: {runtime.title} runs PyTorch modules, not ONNX files: "
+                                   "audit the model.py:factory itself")
+        raise InputError(path, f"--runtime {runtime.name}: {runtime.title} runs ONNX files: audit the model's ONNX "
+                               "export, or the module itself with --runtime torch-cuda, inductor or coreml")
+
     def as_written(self) -> Deployment:
         """A model a converter already wrote runs as it is stored (on the same runtime): no converter to model,
         nothing kept by name."""

@@ -112,3 +112,13 @@ def test_a_float32_graph_converted_to_float16_keeps_its_stored_zero_eps_on_onnxr
     [finding] = report["results"]
     assert finding["rule_id"] == "PA101" and finding["values"]["compute_dtype"] == "float32"
     assert "stored as float16: 0" in finding["message"] and "6.104e-05, the smallest normal float16" in finding["fix"]
+
+
+def test_a_runtime_that_does_not_run_the_model_says_so(tmp_path, capsys):
+    from precaudit.cli import main
+
+    path = save(decomposed_layernorm(1e-5, dtype="fp16")[0], tmp_path / "ln.onnx")
+    assert main([str(path), "--runtime", "coreml"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"precaudit: {path}: --runtime coreml: Core ML (coremltools FLOAT16) runs PyTorch modules, not ONNX files: "
+        "audit the model.py:factory itself"]

@@ -129,6 +129,7 @@ def run_fix(model: str, output: str | None, deployment: Deployment, rules: list[
             options: FixOptions, dry_run: bool, inputs: TraceOptions, trace: bool,
             keep: Callable[[list[Finding]], list[Finding]] | None = None) -> FixResult:
     # notes the model and its external data as read (-o may be neither); --dim sizes its symbolic dims
+    deployment.check_runs(model)
     graph = size_dims(load_onnx(model), inputs.dims)
     if output is not None:
         check_output(output, what="the fixed model")

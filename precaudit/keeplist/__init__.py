@@ -211,6 +211,7 @@ def build_keep_list(audit: Audit, path: str, target_for: str, tolerance: float =
     from ..frontends.torch_input import is_torch_input
 
     converter = converter_for(target_for)
+    audit.deployment.check_runs(path)
     target, trace, torch_options = audit.deployment.fmt, audit.trace, audit.torch
     keep_fp32, rules = list(audit.deployment.keep_fp32), audit.rules
     torch_model = not path.lower().endswith(".onnx") and is_torch_input(path)

@@ -180,4 +180,6 @@ def _run_flags(settings: dict) -> str:
         flags.append(f"--autocast {settings['autocast']}")
     if settings.get("converter") not in (None, "plain"):
         flags.append(f"--converter {settings['converter']}")
+    if settings.get("runtime"):
+        flags.append(f"--runtime {settings['runtime']}")
     return " ".join(flags)
