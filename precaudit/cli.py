@@ -81,6 +81,8 @@ def check(*, models: list[str], dtype: str | None, autocast: str | None, keep_fp
     from .context import Audit
     from .pipeline import run_audit
 
+    if settings.runtime == "all":
+        return _matrix(settings, models, torch_options, trace_options, trace, output)
     audit = Audit.of(settings, torch_options, trace_options, trace)
     _say_notes(audit)
     outcome = run_audit(audit, models, write_baseline, exit_zero, jobs, debug)
@@ -162,6 +164,20 @@ def match(*, rule: str, model: str, node: str, dtype: str | None, keep_fp32: lis
     lines += [f"  {printable(line)}" for line in trace_rule(graph, resolver, chosen, node)]
     _write_stdout("".join(f"{line}\n" for line in lines))
     return EXIT_CLEAN
+
+
+def _matrix(settings, models, torch_options, trace_options, trace, output) -> int:
+    """check --runtime all: the deployment matrix, as text or JSON."""
+    from .errors import InputError
+    from .matrix import deployment_matrix, render_matrix_json, render_matrix_text
+
+    if settings.format not in ("text", "json"):
+        raise InputError(None, f"--runtime all prints the deployment matrix as text or json, not {settings.format}")
+    matrix = deployment_matrix(settings, models, torch_options, trace_options, trace, settings.fail_on)
+    for err in matrix.errors:
+        _error(str(err))
+    _write(render_matrix_json(matrix) if settings.format == "json" else render_matrix_text(matrix), output)
+    return matrix.exit_code
 
 
 def _say_notes(audit) -> None:

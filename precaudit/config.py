@@ -206,6 +206,8 @@ def _check_runtime(value: Any, where: str, file: str | None) -> str:
         raise InputError(file, f"{where}: must be a string, got {shown(value)}")
     from .runtime import runtime_named
 
+    if value == "all":  # check's deployment matrix: every runtime that runs the model (matrix.py)
+        return value
     try:
         runtime_named(value)
     except ValueError as exc:

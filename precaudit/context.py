@@ -44,6 +44,9 @@ class Audit:
         from .rules.loader import load_rules
         from .selection import active_rules
 
+        if settings.runtime == "all":
+            raise InputError(None, f"{settings.named('runtime')} all: the deployment matrix is check's (precaudit "
+                                   "check MODEL --runtime all); this command judges one runtime at a time")
         try:
             deployment = Deployment.named(settings.dtype, settings.converter, settings.keep_fp32, settings.runtime)
         except (KeyError, ValueError) as exc:  # load_settings checked them: reached only through a Settings by hand

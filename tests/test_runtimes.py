@@ -122,3 +122,47 @@ def test_a_runtime_that_does_not_run_the_model_says_so(tmp_path, capsys):
     assert capsys.readouterr().err.splitlines() == [
         f"precaudit: {path}: --runtime coreml: Core ML (coremltools FLOAT16) runs PyTorch modules, not ONNX files: "
         "audit the model.py:factory itself"]
+
+
+def test_a_decomposed_layernorm_fused_by_onnxruntime_cuda_keeps_float32_statistics(tmp_path):
+    """onnxruntime's LayerNormFusion turns the chain into one LayerNormalization on CUDA (float32 statistics); on
+    WebGPU only from opset 17 (#31626: a whisper export at opset 14 squared |x - mean| 795 in float16)."""
+    old = save(decomposed_layernorm(1e-5, dtype="fp16", opset=14)[0], tmp_path / "ln14.onnx")
+    new = save(decomposed_layernorm(1e-5, dtype="fp16", opset=17)[0], tmp_path / "ln17.onnx")
+    assert _findings(old, tmp_path, "--runtime", "ort-cuda") == set()
+    assert _findings(old, tmp_path, "--runtime", "ort-webgpu") == {("PA102", "add_eps"), ("PA208", "add_eps")}
+    assert _findings(new, tmp_path, "--runtime", "ort-webgpu") == set()
+    _, report = run_json([old], "--runtime", "ort-cuda", "--select", "ALL", out_dir=tmp_path)
+    assert report["results"] == []
+
+
+def test_openvino_gpu_keeps_a_small_eps_division_and_its_constants_in_float32(tmp_path):
+    """fp16 compression's MarkDivWithEps keeps x / sqrt(var + eps) in float32 when eps ≤ 6.1e-5, eps included:
+    1e-12 survives; with eps 1e-3 the LayerNorm is not marked and squares in float16."""
+    small = save(decomposed_layernorm(1e-12, dtype="fp32")[0], tmp_path / "small.onnx")
+    large = save(decomposed_layernorm(1e-3, dtype="fp32")[0], tmp_path / "large.onnx")
+    assert _findings(small, tmp_path, "--runtime", "openvino-gpu") == set()
+    assert _findings(large, tmp_path, "--runtime", "openvino-gpu") == {("PA208", "add_eps")}
+
+
+def test_the_deployment_matrix_lays_every_runtime_side_by_side(tmp_path):
+    """check --runtime all: one row per hazard, one cell per runtime that runs an ONNX file, with the fact."""
+    import json
+
+    from precaudit.cli import main
+
+    path = save(decomposed_layernorm(1e-12, dtype="fp32")[0], tmp_path / "ln.onnx")
+    out = tmp_path / "matrix.json"
+    assert main([str(path), "--runtime", "all", "-f", "json", "-o", str(out)]) == 1
+    matrix = json.loads(out.read_text())
+    assert matrix["runtimes"] == ["ort-cpu@1.32", "ort-cuda@1.32", "ort-webgpu@1.32", "ort-dml@1.32", "ort-qnn@2.35",
+                                  "tensorrt@11", "openvino-cpu@2026.4", "openvino-gpu@2026.4"]
+    cells = {(r["rule_id"], r["node"]): {c: v["severity"] for c, v in r["cells"].items()} for r in matrix["rows"]}
+    assert cells[("PA101", "add_eps")] == {**{c: "error" for c in matrix["runtimes"]}, "openvino-gpu@2026.4": "ok"}
+    assert cells[("PA208", "add_eps")] == {"ort-cpu@1.32": "ok", "ort-cuda@1.32": "ok", "ort-webgpu@1.32": "ok",
+                                           "ort-dml@1.32": "warning", "ort-qnn@2.35": "warning",
+                                           "tensorrt@11": "warning", "openvino-cpu@2026.4": "ok",
+                                           "openvino-gpu@2026.4": "ok"}
+    dml = next(r for r in matrix["rows"] if r["rule_id"] == "PA208")["cells"]["ort-dml@1.32"]
+    assert dml["fact"] == "layer-norm-fusion-stash-ignored" and dml["reason"].startswith("onnxruntime DirectML 1.32: a "
+                                                                                         "decomposed LayerNorm is fused")

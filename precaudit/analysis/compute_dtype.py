@@ -296,8 +296,24 @@ class DtypeResolver:
         kernel = runtime.kernel(node, held.fmt, self.graph)
         if kernel is None or kernel.compute is None or kernel.compute == held.fmt.name:
             return held
-        return ComputeDtype(FORMATS[kernel.compute], f"{runtime.label}: {kernel.fact.says}", held.clamp,
-                            stored=held.stored or held.fmt, fact=kernel.fact)
+        stored = None if kernel.keeps_constants else held.stored or held.fmt
+        return ComputeDtype(FORMATS[kernel.compute], f"{runtime.label}: {kernel.fact.says}",
+                            None if kernel.keeps_constants else held.clamp, stored=stored, fact=kernel.fact)
+
+    def fused_layer_norm(self, root: Node) -> ComputeDtype | None:
+        """The statistics of a decomposed LayerNorm (whose square root is root) that the runtime fuses into one
+        kernel; None where it runs op by op."""
+        runtime = self.runtime
+        held = self.of_node(root)
+        if runtime is None or held is None or self._kept(root)[0] is not None:
+            return None
+        kernel = runtime.fuses_layer_norm(root, self.graph)
+        if kernel is None or kernel.statistics is None:
+            return None
+        fmt = held.fmt if kernel.statistics == "input" else FORMATS[kernel.statistics]
+        stored = held.stored or (held.fmt if fmt is not held.fmt else None)
+        return ComputeDtype(fmt, f"{runtime.label}: {kernel.fact.says}", held.clamp, stored=stored,
+                            fact=kernel.fact)
 
     def of_stash(self, node: Node, stash_type: int | None, default_note: str) -> ComputeDtype | None:
         """Compute dtype of a norm op that carries its own statistics dtype (stash_type), unless the runtime's kernel

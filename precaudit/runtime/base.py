@@ -67,6 +67,9 @@ class Kernel:
     compute: str | None = None
     statistics: str | None = None
     eps: str | None = None
+    # the kernel reads its constants in float32 whatever the graph stores them in (a runtime that converts the graph
+    # itself and keeps what it marks in float32: OpenVINO's fp16 compression)
+    keeps_constants: bool = False
 
 
 class Runtime:
@@ -102,6 +105,11 @@ class Runtime:
 
     def kernel(self, node: Node, held: Format, graph: Graph) -> Kernel | None:
         """How node runs when its first float input is held in `held`; None: as the graph says."""
+        return None
+
+    def fuses_layer_norm(self, root: Node, graph: Graph) -> Kernel | None:
+        """Whether the runtime's graph optimizer fuses a decomposed LayerNorm (mean, centre, square, mean, add eps,
+        sqrt, divide) whose square root is `root` into one kernel, and how that kernel keeps its statistics."""
         return None
 
     def clamp(self, fmt: Format) -> Clamp | None:

@@ -61,7 +61,7 @@ class OpenVinoGpu(Runtime):
         if marked is None:
             marked = self._marked[id(graph)] = _keep_in_f32(graph)
         if id(node) in marked:
-            return Kernel(KEPT_F32, compute="fp32", statistics="fp32")
+            return Kernel(KEPT_F32, compute="fp32", statistics="fp32", keeps_constants=True)
         return None
 
 

@@ -45,6 +45,10 @@ REDUCE_FLOAT = Fact(
     "reductions-fp32-accumulator", "ReduceSum, ReduceMean and Softmax accumulate float16 in float32, and write their "
     "result in float16", "onnxruntime core/providers/cuda/reduction/reduction_ops.cc (cudnnReduceTensor, float "
     "compute type), core/providers/cuda/math/softmax_impl.cu (acc_t)")
+FUSED_LAYER_NORM = Fact(
+    "layer-norm-fusion", "a decomposed LayerNorm (ReduceMean, Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div) is fused "
+    "into one LayerNormalization, whose statistics are float32", "onnxruntime core/optimizer/layer_norm_fusion.cc "
+    "(registered for the CPU, ACL, CUDA and DirectML EPs at Level 2, per issue #31626)")
 ELEMENTWISE = Fact(
     "elementwise-in-input-dtype", "elementwise ops (Pow, Mul, Add, Exp, Sqrt, Div) compute in the dtype their "
     "inputs are held in", "onnxruntime core/providers/cuda/math/binary_elementwise_ops.cc, unary_elementwise_ops.cc")
@@ -54,7 +58,10 @@ class OrtCuda(Runtime):
     name = "ort-cuda"
     title = "onnxruntime CUDA"
     versions = ("1.26", "1.27", "1.32")
-    facts = (SKIP_HALF, SKIP_FLOAT, EMBED_EPS_HALF, LAYER_NORM_FLOAT, REDUCE_FLOAT, ELEMENTWISE)
+    facts = (SKIP_HALF, SKIP_FLOAT, EMBED_EPS_HALF, LAYER_NORM_FLOAT, FUSED_LAYER_NORM, REDUCE_FLOAT, ELEMENTWISE)
+
+    def fuses_layer_norm(self, root: Node, graph: Graph) -> Kernel | None:
+        return Kernel(FUSED_LAYER_NORM, statistics="fp32")
 
     def kernel(self, node: Node, held: Format, graph: Graph) -> Kernel | None:
         op = (node.domain or "", node.op_type)

@@ -22,11 +22,20 @@ STASH_IGNORED = Fact(
     "variance in float16", "onnxruntime DmlOperatorLayerNormalization.cpp (stash_type never read); issue #17692")
 
 
+FUSED_STASH_IGNORED = Fact(
+    "layer-norm-fusion-stash-ignored", "a decomposed LayerNorm is fused into one LayerNormalization, which then "
+    "ignores stash_type too: its statistics stay float16", "onnxruntime core/optimizer/layer_norm_fusion.cc "
+    "(Level 2, registered for DirectML per issue #31626); DmlOperatorLayerNormalization.cpp")
+
+
 class OrtDml(Runtime):
     name = "ort-dml"
     title = "onnxruntime DirectML"
     versions = ("1.32",)
-    facts = (STASH_IGNORED,)
+    facts = (STASH_IGNORED, FUSED_STASH_IGNORED)
+
+    def fuses_layer_norm(self, root: Node, graph: Graph) -> Kernel | None:
+        return Kernel(FUSED_STASH_IGNORED, statistics="input")
 
     def kernel(self, node: Node, held: Format, graph: Graph) -> Kernel | None:
         if node.op_type == "LayerNormalization" and not node.domain:

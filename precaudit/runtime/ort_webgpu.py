@@ -28,11 +28,22 @@ LAYER_NORM_SHADER = Fact(
     "rounded to the input's dtype", "onnxruntime core/providers/webgpu/nn/layer_norm.cc")
 
 
+FUSED_FROM_17 = Fact(
+    "layer-norm-fusion-from-opset-17", "from opset 17 a decomposed LayerNorm is fused by the Level-1 LayerNormFusion "
+    "into LayerNormalization (float32 sums); below opset 17 it is not", "onnxruntime issue #31626 "
+    "(layer_norm_fusion.cc bails below opset 17 at Level 1)")
+
+
 class OrtWebGpu(Runtime):
     name = "ort-webgpu"
     title = "onnxruntime WebGPU"
     versions = ("1.32",)
-    facts = (UNFUSED, LAYER_NORM_SHADER)
+    facts = (UNFUSED, FUSED_FROM_17, LAYER_NORM_SHADER)
+
+    def fuses_layer_norm(self, root: Node, graph: Graph) -> Kernel | None:
+        if root.opset is not None and root.opset >= 17:
+            return Kernel(FUSED_FROM_17, statistics="fp32")
+        return None
 
     def kernel(self, node: Node, held: Format, graph: Graph) -> Kernel | None:
         if node.op_type in ("LayerNormalization", "SimplifiedLayerNormalization") and not node.domain:
