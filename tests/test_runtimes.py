@@ -166,3 +166,20 @@ def test_the_deployment_matrix_lays_every_runtime_side_by_side(tmp_path):
     dml = next(r for r in matrix["rows"] if r["rule_id"] == "PA208")["cells"]["ort-dml@1.32"]
     assert dml["fact"] == "layer-norm-fusion-stash-ignored" and dml["reason"].startswith("onnxruntime DirectML 1.32: a "
                                                                                          "decomposed LayerNorm is fused")
+
+
+def test_the_whisper_case_is_a_silent_finite_failure_on_webgpu_and_not_on_cuda(tmp_path):
+    """#31626: an opset-14 float16 LayerNorm, |x - mean| about 800 (whisper reached 795): on WebGPU the chain runs
+    unfused in float16, the variance is +inf, every row 0, and the output has no inf and no NaN: PA911, with the Pow
+    named. onnxruntime CUDA fuses it (float32 statistics) and CPU runs it in float32: the same inputs are fine."""
+    import numpy as np
+
+    path = save(decomposed_layernorm(1e-5, dtype="fp16", opset=14)[0], tmp_path / "whisper_ln.onnx")
+    rows = np.random.default_rng(0).standard_normal((2, 8)) * 800
+    np.savez(tmp_path / "x.npz", x=rows.astype(np.float16))
+    args = ("--trace", "--inputs", str(tmp_path / "x.npz"), "--select", "PA9")
+    _, report = run_json([path], *args, "--runtime", "ort-webgpu", out_dir=tmp_path)
+    [silent] = [r for r in report["results"] if r["rule_id"] == "PA911"]
+    assert (silent["values"]["cause_node"], silent["values"]["rel_error"]) == ("pow", 1.0)
+    assert _findings(path, tmp_path, *args, "--runtime", "ort-cuda") == set()
+    assert _findings(path, tmp_path, *args, "--runtime", "ort-cpu") == set()

@@ -37,7 +37,7 @@ from ..ir import Graph, Node, Value, implicit_inputs
 from .constants import is_constant
 
 if TYPE_CHECKING:
-    from ..runtime.base import Fact, Runtime
+    from ..runtime.base import Fact, Kernel, Runtime
 
 __all__ = ["ComputeDtype", "DtypeResolver"]
 
@@ -117,6 +117,7 @@ class DtypeResolver:
         self.runtime = runtime
         self.retarget = retarget
         self._widened: dict[int, Fact | None] = {}
+        self._fused: dict[int, Kernel] | None = None
         # the converter keeps the graph's float inputs and outputs float32 (keep_io_types=True): an input only kept
         # nodes read reaches them unrounded (a keep-list under test sets it)
         self.keep_io = keep_io
@@ -211,11 +212,19 @@ class DtypeResolver:
             return stored
         key = id(value)
         if key not in self._widened:
-            self._widened[key] = runtime.widened(value, self.graph)
+            self._widened[key] = self._inside_fused(value) or runtime.widened(value, self.graph)
         fact = self._widened[key]
         if fact is None:
             return stored
         return ComputeDtype(FORMATS["fp32"], f"{runtime.label}: {fact.says}", stored.clamp, stored=stored.fmt, fact=fact)
+
+    def _inside_fused(self, value: Value) -> Fact | None:
+        """A value made and read only inside one fused chain never leaves the kernel: it is never rounded."""
+        fused = self._fused_chains()
+        made = fused.get(id(value.producer)) if value.producer is not None else None
+        if made is None or made.statistics == "input" or not value.consumers or value in self.graph.outputs:
+            return None
+        return made.fact if all(fused.get(id(c)) is made for c in value.consumers) else None
 
     def _stored(self, value: Value) -> ComputeDtype | None:
         """The dtype the converted graph stores a float value in (the converter's view, before the runtime's)."""
@@ -293,27 +302,17 @@ class DtypeResolver:
         runtime = self.runtime
         if runtime is None:
             return held
+        fused = self._fused_chains().get(id(node))
+        if fused is not None:  # one fused LayerNorm kernel computes the whole chain in its statistics' dtype
+            fmt = held.fmt if fused.statistics == "input" else FORMATS[fused.statistics or held.fmt.name]
+            return ComputeDtype(fmt, f"{runtime.label}: {fused.fact.says}", held.clamp,
+                                stored=held.stored or (held.fmt if fmt is not held.fmt else None), fact=fused.fact)
         kernel = runtime.kernel(node, held.fmt, self.graph)
         if kernel is None or kernel.compute is None or kernel.compute == held.fmt.name:
             return held
         stored = None if kernel.keeps_constants else held.stored or held.fmt
         return ComputeDtype(FORMATS[kernel.compute], f"{runtime.label}: {kernel.fact.says}",
                             None if kernel.keeps_constants else held.clamp, stored=stored, fact=kernel.fact)
-
-    def fused_layer_norm(self, root: Node) -> ComputeDtype | None:
-        """The statistics of a decomposed LayerNorm (whose square root is root) that the runtime fuses into one
-        kernel; None where it runs op by op."""
-        runtime = self.runtime
-        held = self.of_node(root)
-        if runtime is None or held is None or self._kept(root)[0] is not None:
-            return None
-        kernel = runtime.fuses_layer_norm(root, self.graph)
-        if kernel is None or kernel.statistics is None:
-            return None
-        fmt = held.fmt if kernel.statistics == "input" else FORMATS[kernel.statistics]
-        stored = held.stored or (held.fmt if fmt is not held.fmt else None)
-        return ComputeDtype(fmt, f"{runtime.label}: {kernel.fact.says}", held.clamp, stored=stored,
-                            fact=kernel.fact)
 
     def of_stash(self, node: Node, stash_type: int | None, default_note: str) -> ComputeDtype | None:
         """Compute dtype of a norm op that carries its own statistics dtype (stash_type), unless the runtime's kernel
@@ -333,6 +332,19 @@ class DtypeResolver:
                 return None
             return ComputeDtype(inner.fmt, f"stash_type={stash_type} is no float type, so the input dtype applies: {inner.reason}")
         return ComputeDtype(fmt, f"stash_type={stash_type} ({fmt.long_name})")
+
+    def _fused_chains(self) -> dict[int, Kernel]:
+        """id(node) → the kernel a runtime fuses its decomposed LayerNorm chain into (runtime/fusion.py)."""
+        if self._fused is None:
+            self._fused = {}
+            if self.runtime is not None:
+                from ..runtime.fusion import layer_norm_chains
+
+                for chain in layer_norm_chains(self.graph):
+                    kernel = self.runtime.fuses_layer_norm(chain[-2], self.graph)  # (the Sqrt)
+                    if kernel is not None and not any(self._kept(n)[0] for n in chain):
+                        self._fused.update((id(n), kernel) for n in chain)
+        return self._fused
 
     def statistics_by_runtime(self, node: Node) -> ComputeDtype | None:
         """The dtype a fused normalization's kernel keeps its statistics in at this runtime; None: as the op says."""

@@ -86,10 +86,6 @@ def _scan_root(root: Node, graph: Graph, resolver: DtypeResolver, scan: ChainSca
         return  # a root that no division uses is not a normalization (a std for logging, say)
     dtype = narrower(resolver.of_node(site_node), resolver.of_node(root), root) if site_node is not root \
         else resolver.of_node(root)
-    # a runtime that fuses the chain into one LayerNormalization computes its statistics as that kernel does
-    fused = resolver.fused_layer_norm(root) if placement == "inside_sqrt" and stat is not None \
-        and _family(stat) == "LayerNorm" and divisions else None
-    dtype = fused or dtype
     if dtype is None:
         return
     # a root no division uses is a standard deviation, not a normalization
@@ -97,7 +93,7 @@ def _scan_root(root: Node, graph: Graph, resolver: DtypeResolver, scan: ChainSca
              "eps_source": eps.source if eps else "none in the graph",
              "missing_note": _OPTIMIZED_AWAY if placement == "missing" and graph.exporter == "torch-dynamo" else "",
              "keep_hint": _chain_glob(site_node, root), "stat_floor": None,
-             **(_fused_square_facts(fused) if fused is not None else _square_facts(stat, resolver)),
+             **_square_facts(stat, resolver),
              **eps_facts(eps, dtype), **dtype_facts(dtype, resolver)}
     if cap is not None and site_node is cap[0]:
         facts.update(_cap_rounding(cap[2], dtype))
@@ -289,13 +285,6 @@ def _family(stat: _Stat | None) -> str:
     if red.kind == "sum":
         return "L2Norm"
     return "LayerNorm" if is_centred(base) else "RMSNorm"
-
-
-def _fused_square_facts(fused: ComputeDtype) -> dict:
-    """A fused kernel squares in its statistics dtype: narrow only where the runtime says so."""
-    if fused.fmt.name in ("fp32", "fp64"):
-        return {"stat_dtype": None, "stat_square_overflow": None}
-    return {"stat_dtype": fused.fmt.long_name, "stat_square_overflow": fused.fmt.square_overflow}
 
 
 def _square_facts(stat: _Stat | None, resolver: DtypeResolver) -> dict:

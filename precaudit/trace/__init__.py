@@ -17,7 +17,7 @@ from .inputs import iter_batches
 from .measure import attach_probes
 from .profile import TraceProfile, build_profile
 from .progress import progress_bar
-from .sites import first_nonfinite_site, hazard_sites, norm_sites, op_sites, value_sites
+from .sites import first_nonfinite_site, hazard_sites, norm_sites, op_sites, silent_failure_sites, value_sites
 
 __all__ = ["traced_sites", "TraceRun"]
 
@@ -77,7 +77,8 @@ def traced_sites(graph: Graph, resolver: DtypeResolver, options: TraceOptions) -
         close()
     sites = [*value_sites(graph, resolver, emulator.stats, samples), *norm_sites(probes, samples),
              *op_sites(probes, resolver, samples, emulator.stats), *hazard_sites(graph, resolver, emulator.stats, samples),
-             *first_nonfinite_site(graph, resolver, emulator.stats, samples)]
+             *first_nonfinite_site(graph, resolver, emulator.stats, samples),
+             *silent_failure_sites(graph, resolver, emulator.stats, samples)]
     order = {id(node): i for i, node in enumerate(graph.nodes)}
     run.nodes = dict(emulator.ran_on)
     run.profile = build_profile(graph, emulator.stats, sites)

@@ -68,6 +68,9 @@ FACT_NAMES["traced_integer"] = FACT_NAMES["integer_float"] | {"samples", "int_ma
 FACT_NAMES["traced_first_nonfinite"] = {"op", "value", "samples", "nonfinite_fraction", "ref_nonfinite_fraction",
                                         "input_absmax", "chain", "chain_length", "reaches_output", "output",
                                         *_DTYPE_FACTS}
+# a graph output the run leaves finite, how far it strays, and the first value upstream that overflowed on the way
+FACT_NAMES["traced_output"] = {"value", "op", "samples", "rel_error", "max_error", "absmax", "cause_node", "cause_op",
+                               "cause_value", "cause_overflow_fraction", "cause_nonfinite_fraction", *_DTYPE_FACTS}
 # value_converted: the constant as a --converter leaves it (clamped), before rounding; converted_by: its words
 FACT_NAMES["constant"] = {"op", "value", "value_converted", "converted_by", "value_rounded", "value_class", "source",
                           "consumer", "mask_fill", *_DTYPE_FACTS}
