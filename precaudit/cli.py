@@ -261,10 +261,16 @@ def train(*, model: str, regime: str, trace: bool, steps: int, loss_scale: float
         check_output(output)
     from .train.audit import TrainOptions, run_train_audit
 
+    from .config import load_settings
+    from .context import Audit
+
     options = TrainOptions(regime=regime, trace=trace, steps=steps, seed=seed, loss_scale=loss_scale, lr=lr,
-                           select=_split(select), ignore=_split(ignore), rules=list(rules),
-                           fail_on=fail_on or "error", baseline=baseline, timeout=timeout)
-    outcome = run_train_audit(model, options, debug=debug)
+                           timeout=timeout)
+    options.validate()  # before the configuration: a bad option is the first thing said
+    given = {"select": _split(select), "ignore": _split(ignore), "rules": list(rules), "fail_on": fail_on,
+             "baseline": baseline}
+    audit = Audit.of(load_settings({k: v for k, v in given.items() if v not in (None, [])}))
+    outcome = run_train_audit(model, options, debug=debug, audit=audit)
     outcome.settings["format"] = output_format or "text"
     for err in outcome.result.errors:
         _error(str(err))

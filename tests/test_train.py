@@ -204,3 +204,20 @@ def test_more_steps_apply_every_step_and_count_what_the_last_left_unchanged():
     # each step's update rounds back on its own: bf16 weights do not add up what is below their half-ulp
     assert sum(t.absorbed for t in three.params) > 0
     assert sum(t.absorbed for t in three.params) >= 0.9 * sum(o.absorbed for o in one.params)
+
+
+def test_train_reads_the_pyprojects_tool_precaudit(tmp_path, monkeypatch, capsys):
+    """The same configuration as check: a [tool.precaudit] ignore and fail-on apply to precaudit train too."""
+    import json
+
+    (tmp_path / "pyproject.toml").write_text('[tool.precaudit]\nignore = ["PA401"]\nfail-on = "never"\n')
+    (tmp_path / ".git").mkdir()
+    monkeypatch.chdir(tmp_path)
+    factory = spec("adam_eps_1e_8")
+    assert main(["train", factory, "--regime", "fp16", "-f", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "PA401" not in {r["rule_id"] for r in report["results"]}
+    assert report["settings"]["config_file"] == "pyproject.toml" and report["settings"]["fail_on"] == "never"
+    (tmp_path / "pyproject.toml").write_text("[tool.precaudit]\n")
+    assert main(["train", factory, "--regime", "fp16", "-f", "json"]) == 1
+    assert "PA401" in {r["rule_id"] for r in json.loads(capsys.readouterr().out)["results"]}

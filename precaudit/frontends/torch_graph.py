@@ -41,7 +41,7 @@ from .pt2_guard import archive_guard, no_compiled_code, pt2_package
 from .torch_objects import registered
 from .user_code import described, first_line, user_code
 
-__all__ = ["load_torch_graph", "load_torch_as_onnx"]
+__all__ = ["load_torch_graph", "load_torch_as_onnx", "capture", "capture_under_autocast"]
 
 _CAPTURE_IN = {"fp16": torch.float16, "bf16": torch.bfloat16}
 _INPUT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64,
@@ -66,8 +66,8 @@ def load_torch_graph(spec: str, options: TorchOptions, target: str = "fp16") -> 
         return _load_torchscript_or_pickle(spec, options, target)
     with _factory_model(spec, options) as (module, args):
         if options.autocast:
-            return _capture_under_autocast(module, args, spec, options.autocast, target)
-        return _capture(module, args, spec, target)
+            return capture_under_autocast(module, args, spec, options.autocast, target)
+        return capture(module, args, spec, target)
 
 
 def load_torch_as_onnx(spec: str, options: TorchOptions, target: str = "fp16") -> Graph:
@@ -244,7 +244,7 @@ def _load_torchscript_or_pickle(spec: str, options: TorchOptions, target: str, a
                                "use a factory, model.py:make_model)")
     if as_onnx:
         return _torchscript_graph(model, spec, options)  # an nn.Module goes through the same ONNX exporter
-    return _capture(model, _synthesized(spec, options), spec, target)
+    return capture(model, _synthesized(spec, options), spec, target)
 
 
 @contextlib.contextmanager
@@ -341,7 +341,7 @@ def _converted(model: nn.Module, args: tuple, target: str) -> tuple[nn.Module, t
                                   for a in args)
 
 
-def _capture(model: nn.Module, args: tuple, spec: str, target: str) -> Graph:
+def capture(model: nn.Module, args: tuple, spec: str, target: str) -> Graph:
     # model.eval(), .to() and forward() are the user's code: any exit or exception there is this model's error
     with user_code(spec, "running forward() under torch.export", _CAPTURE_FAILED):
         model, args = _converted(model.eval(), args, target)
@@ -375,7 +375,7 @@ def _capture_fp32(model: nn.Module, args: tuple, spec: str):
             return torch.export.export(model, args, strict=False), _module_walk(model)
 
 
-def _capture_under_autocast(model: nn.Module, args: tuple, spec: str, device: str, target: str) -> Graph:
+def capture_under_autocast(model: nn.Module, args: tuple, spec: str, device: str, target: str) -> Graph:
     program, eps = _capture_fp32(model, args, spec)
     graph = _lowered_under_autocast(program, spec, device, target)
     graph.module_eps = eps

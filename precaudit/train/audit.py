@@ -8,12 +8,15 @@ import copy
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..pipeline import exit_code_of
 from ..result import AuditResult
 from .regimes import REGIMES, regime_named
+
+if TYPE_CHECKING:
+    from ..context import Audit
 
 __all__ = ["TrainOptions", "run_train_audit", "MAX_STEPS"]
 
@@ -88,23 +91,25 @@ def _positive(option: str, value: Any) -> float:
     raise InputError(None, f"{option} must be a finite number above 0, not {_shown(value)}")
 
 
-def run_train_audit(spec: str, options: TrainOptions, made: Any = None, debug: bool = False):
+def run_train_audit(spec: str, options: TrainOptions, made: Any = None, debug: bool = False,
+                    audit: Audit | None = None):
     """The Outcome of auditing one training factory (or, from the API, what a factory would have returned).
 
+    audit: the run's context as check has it (the [tool.precaudit] table under the flags: rules, selectors,
+    per-model and per-node ignores, baseline, fail-on); without one, options' own select, ignore, rules, fail_on and
+    baseline, and no configuration file.
     A factory spec is imported, called and stepped in a worker process with options.timeout: what it prints goes
     to stderr, and an exit, a fork, a crash or a hang in it is one error. Objects (made) run here, in the caller's
     process, without a time limit: they are the caller's own, already running, and would have to be pickled."""
     from ..report.locations import repo_root
     from ..report.outcome import Outcome
-    from ..rules.loader import load_rules
-    from ..selection import active_rules, check_selectors
 
     options.validate()
     regime = regime_named(options.regime)
-    all_rules = load_rules(options.rules)
-    for name in ("select", "ignore"):
-        check_selectors(getattr(options, name), all_rules, None, f"--{name}")
-    rules = active_rules(all_rules, options.select, options.ignore, options.preview)
+    if audit is None:
+        audit = _context_of(options)
+    rules = audit.rules
+    options.fail_on, options.baseline = audit.settings.fail_on, audit.settings.baseline
     result = AuditResult()
     try:
         if made is None:  # the user's code runs in a worker of its own (parallel.run_isolated says why)
@@ -115,7 +120,7 @@ def run_train_audit(spec: str, options: TrainOptions, made: Any = None, debug: b
                                                preload="precaudit.train.step")
         else:
             findings, gradients = _audit(spec, regime, options, rules, made)
-        result.findings = findings
+        result.findings = audit.ignored(findings)
         if gradients is not None:
             result.gradients[spec] = gradients
         result.models.append(spec)
@@ -141,8 +146,18 @@ def run_train_audit(spec: str, options: TrainOptions, made: Any = None, debug: b
                 "select": options.select, "ignore": options.ignore, "rules": options.rules,
                 "baseline": options.baseline, "preview": options.preview, "keep_fp32": [], "format": "text",
                 "check_weights": True, "converter": "plain", "autocast": "cuda" if regime.autocast else None,
-                "config_file": None}
+                "config_file": audit.settings.config_file}
     return Outcome(result=result, settings=settings, exit_code=code, rules=rules, root=repo_root(), baseline=match)
+
+
+def _context_of(options: TrainOptions) -> Audit:
+    """The audit context of options' own select, ignore, rules, fail_on and baseline, with no configuration file."""
+    from ..config import load_settings
+    from ..context import Audit
+
+    given = {"select": options.select, "ignore": options.ignore, "rules": options.rules, "fail_on": options.fail_on,
+             "baseline": options.baseline, "preview": options.preview}
+    return Audit.of(load_settings({k: v for k, v in given.items() if v not in (None, [], False)}, config=None))
 
 
 def _audit(spec: str, regime, options: TrainOptions, rules, made: Any):
@@ -179,20 +194,19 @@ _BATCH = "the factory's batch"
 def _forward_sites(setup, regime, patterns: dict) -> list:
     """The forward graph's sites as the regime computes it: autocast(cuda) over float32, or model.to(low)."""
     from ..analysis.collect import collect_sites
-    from ..analysis.compute_dtype import DtypeResolver
+    from ..deployment import Deployment
     from ..dtypes import FORMATS
-    from ..frontends.torch_graph import _capture, _capture_under_autocast
+    from ..frontends.torch_graph import capture, capture_under_autocast
     from ..frontends.user_code import user_code
 
     with user_code(setup.spec, "copying the model (copy.deepcopy)"):
         module = setup.loss_module(copy.deepcopy(setup.model))
     args = tuple(setup.flat)
     if regime.autocast:
-        graph = _capture_under_autocast(module, args, setup.spec, "cuda", regime.low)
+        graph = capture_under_autocast(module, args, setup.spec, "cuda", regime.low)
     else:
-        graph = _capture(module, args, setup.spec, regime.low)
+        graph = capture(module, args, setup.spec, regime.low)
     for node in graph.nodes:  # the loss module's own prefix: scopes as the user's model names them
         if node.scope and node.scope.startswith("model."):
             node.scope = node.scope.removeprefix("model.")
-    resolver = DtypeResolver(graph, FORMATS[regime.low], [])
-    return collect_sites(graph, resolver, patterns)
+    return collect_sites(graph, Deployment(FORMATS[regime.low]).resolver(graph), patterns)
