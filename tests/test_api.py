@@ -369,3 +369,19 @@ def test_a_pyproject_value_is_refused_in_the_same_words(project, capsys):
     with pytest.raises(precaudit.InputError) as caught:
         precaudit.audit(str(project / "missing.onnx"))
     assert str(caught.value) == f"pyproject.toml: [tool.precaudit] converter: must be one of {CONVERTERS}, got 'tflite'"
+
+
+@pytest.mark.parametrize("options", [{}, {"trace": True}, {"dtype": "bf16"}, {"autocast": "cpu"}],
+                         ids=["static", "traced", "bf16", "autocast"])
+def test_auditing_an_nn_module_leaves_it_as_it_was(options):
+    """The caller's module keeps its parameters, buffers, their dtypes and its training mode (issue 37: it came back
+    half precision and in eval mode)."""
+    torch = pytest.importorskip("torch")
+    module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.LayerNorm(8)).train()
+    before = {name: (t.dtype, t.detach().clone()) for name, t in module.state_dict().items()}
+    report = precaudit.audit(module, **{"dtype": "fp16", **options}, example_inputs=torch.randn(4, 8))
+    assert report.errors == []
+    after = module.state_dict()
+    assert {n: t.dtype for n, t in after.items()} == {n: d for n, (d, _) in before.items()}
+    assert all(torch.equal(after[n], t) for n, (_, t) in before.items())
+    assert all(m.training for m in module.modules())

@@ -122,14 +122,34 @@ def _factory_model(spec: str, options: TorchOptions) -> Iterator[tuple[nn.Module
     from .torch_objects import check_importable
 
     given = registered(spec)
-    if given is not None:  # a module the Python API handed over: nothing to import
-        yield given
+    if given is not None:  # a module the Python API handed over: nothing to import, and it is the caller's
+        with _left_as_given(given[0]):
+            yield given
         return
     check_importable(spec, options.factories)  # here, where the import happens, whoever called
     target = spec.rpartition(":")[0]
     folder = check_regular(target).resolve().parent if target.endswith(".py") else None
     with _isolated_imports(folder):
         yield _from_factory(spec, options, folder)
+
+
+@contextlib.contextmanager
+def _left_as_given(module: nn.Module) -> Iterator[None]:
+    """The caller's module as it was after the audit: model.to(dtype) and eval() change a module in place, so its
+    parameters' and buffers' tensors and every submodule's training flag are put back (no copy of the weights: the
+    converted tensors are new ones, the caller's are only set aside)."""
+    params = [(p, p.data, p.grad) for p in module.parameters()]
+    buffers = [(m, dict(m._buffers)) for m in module.modules()]  # .to() puts new tensors in each _buffers dict
+    modes = [(m, m.training) for m in module.modules()]
+    try:
+        yield
+    finally:
+        for param, data, grad in params:
+            param.data, param.grad = data, grad
+        for m, held in buffers:
+            m._buffers.update(held)
+        for m, training in modes:
+            m.training = training
 
 
 def _from_factory(spec: str, options: TorchOptions, folder: Path | None) -> tuple[nn.Module, tuple]:
