@@ -142,18 +142,20 @@ def audit(model: Any, dtype: str = "fp16", *, select: Sequence[str] | None = Non
 
 
 def keep_list(model: Any, for_: str, dtype: str = "fp16", *, keep_fp32: Sequence[str] = (), runtime: str | None = None,
-              trace: Any = None,
+              trace: Any = None, example_inputs: Any = None,
               tolerance: float = 1e-2, max_runs: int = 30, config: str | os.PathLike | None = "pyproject",
               rules: Sequence[str | os.PathLike] = (), policy: str | None = None) -> KeepList:
     """`precaudit keep-list MODEL --for CONVERTER`: the nodes to keep in float32, the converter's arguments
-    (KeepList.snippet()), its verdict (.verified, .exit_code); model a path or an onnx.ModelProto. tolerance: a
-    finite number above 0; max_runs: a whole number >= 1; policy: minimal or safe, the traced list returned (None:
-    minimal on inputs given, safe on synthesized ones)."""
+    (KeepList.code()), its verdict (.verified, .exit_code). model: a path, an onnx.ModelProto (the snippet then
+    takes it as the variable `model`), or a torch.nn.Module with example_inputs, as audit() takes them (for
+    pytorch or torch-tensorrt). tolerance: a finite number above 0; max_runs: a whole number >= 1; policy: minimal
+    or safe, the traced list returned (None: minimal on inputs given, safe on synthesized ones)."""
     from .context import Audit
     from .keeplist import FOR_TARGETS
     from .keeplist.command import build_checked
 
-    _check_model(model, ("path", "proto"))
+    _check_model(model, ("path", "proto", "module"))
+    _check_example_inputs(model, example_inputs)
     # build_checked checks these too, but only once a ModelProto has been written to a scratch file
     for_ = check_choice(for_, FOR_TARGETS, "for_")
     tolerance = check_number(tolerance, "tolerance", minimum=0.0, above=True)
@@ -165,8 +167,11 @@ def keep_list(model: Any, for_: str, dtype: str = "fp16", *, keep_fp32: Sequence
     trace_options = _trace_options(trace, "trace")
     settings = _settings({"dtype": dtype, "keep_fp32": keep_fp32, "rules": rules, "runtime": runtime}, config)
     context = _noted(Audit.of(settings, inputs=trace_options, traced=trace_options is not None))
-    with _as_paths(model, None) as (paths, _):
-        return build_checked(context, paths[0], for_, tolerance, max_runs, policy=policy)
+    with _as_paths(model, example_inputs) as (paths, shown_as):
+        keep = build_checked(context, paths[0], for_, tolerance, max_runs, policy=policy)
+    keep.shown = shown_as.get(paths[0])
+    keep.in_memory = _is_proto(model)
+    return keep
 
 
 def fix(model: str | os.PathLike, output: str | os.PathLike | None = None, dtype: str = "fp16", *,

@@ -385,3 +385,38 @@ def test_auditing_an_nn_module_leaves_it_as_it_was(options):
     assert {n: t.dtype for n, t in after.items()} == {n: d for n, (d, _) in before.items()}
     assert all(torch.equal(after[n], t) for n, (_, t) in before.items())
     assert all(m.training for m in module.modules())
+
+
+def test_keep_list_of_a_modelproto_prints_a_snippet_that_runs_on_it(tmp_path, monkeypatch):
+    """No scratch path in the snippet (it was deleted when keep_list returned): the caller's ModelProto is the
+    variable `model`, and the snippet run as printed with it converts and writes OUTPUT_PATH."""
+    pytest.importorskip("onnxruntime")
+    from fixtures.onnx_builders import decomposed_layernorm
+
+    proto = decomposed_layernorm(1e-12, dtype="fp32")[0]
+    keep = precaudit.keep_list(proto, "onnxruntime")
+    snippet = keep.code()
+    assert "precaudit-" not in snippet and "onnx.load(" not in snippet
+    assert "# model: the onnx.ModelProto you passed to precaudit.keep_list()" in snippet
+    assert keep.to_text().splitlines()[0].startswith("<onnx.ModelProto ")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(snippet, "<snippet>", "exec"), {"model": proto})
+    import onnx
+
+    written = onnx.load(str(tmp_path / "model.fp16.onnx"))
+    assert {n.name for n in written.graph.node} >= {"mean", "sub", "pow", "var", "add_eps", "sqrt", "div"}
+
+
+def test_keep_list_takes_a_module_as_audit_does():
+    torch = pytest.importorskip("torch")
+
+    class Norm(torch.nn.Module):
+        def forward(self, x):
+            mean = x.mean(-1, keepdim=True)
+            return (x - mean) / torch.sqrt(((x - mean) ** 2).mean(-1, keepdim=True) + 1e-12)
+
+    module = torch.nn.Sequential(torch.nn.Linear(8, 8), Norm())
+    keep = precaudit.keep_list(module, "pytorch", example_inputs=torch.randn(2, 8))
+    assert keep.to_json() and [n for n in keep.code().splitlines() if n.startswith("KEEP_FP32")] == \
+        ["KEEP_FP32 = ['1']"]
+    assert all(p.dtype == torch.float32 for p in module.parameters())

@@ -156,6 +156,9 @@ class KeepArgs:
     fx_nodes: list[str] = field(default_factory=list)  # PyTorch: torch.export (FX) node names
     keep_io: bool = False  # graph inputs and outputs stay float32 (keep_io_types=True): their range needs it
     out_path: str | None = None  # where the snippet saves (keep-list's own run: a scratch folder)
+    # the model is the caller's onnx.ModelProto (precaudit.keep_list(proto)), not a file: the snippet takes it as
+    # the variable `model`, and writes a file first only for a converter that reads one
+    in_memory: bool = False
 
     @property
     def out(self) -> str:
@@ -163,15 +166,22 @@ class KeepArgs:
         (never beside the input by default: that folder may be one the user cannot or should not write)."""
         if self.out_path is not None:
             return self.out_path
-        name = self.model.replace("\\", "/").rsplit("/", 1)[-1]
+        name = self.name.replace("\\", "/").rsplit("/", 1)[-1]
         stem = name[:-5] if name.endswith(".onnx") else name
         return f"{stem}.{self.dtype}.onnx"
+
+    @property
+    def name(self) -> str:
+        """The model's file name, for the names the snippet writes (an in-memory model has none of its own)."""
+        return "model.onnx" if self.in_memory else self.model
 
     def output_line(self) -> str:
         """The snippet's first line: the variable every save in it writes to, for the user to set."""
         return f"OUTPUT_PATH = {self.out!r}  # where the converted model is written: set it to your own path"
 
     def load(self) -> str:
+        if self.in_memory:
+            return "# model: the onnx.ModelProto you passed to precaudit.keep_list()"
         if not self.large:
             return f"model = onnx.load({self.model!r})"
         inferred = self.out.replace(f".{self.dtype}.onnx", ".inferred.onnx")
@@ -224,9 +234,9 @@ class KeepArgs:
     def named_copy(self) -> tuple[list[str], str]:
         """For a converter that reads the model from a path: Python writing a copy with every node named, and the
         copy's path; nothing (and the model's own path) when every listed node has its name."""
-        if not (self.unnamed or self.duplicates):
+        if not (self.unnamed or self.duplicates or self.in_memory):
             return [], self.model
-        copy = self.out.replace(f".{self.dtype}.onnx", ".named.onnx")
+        copy = self.out.replace(f".{self.dtype}.onnx", ".named.onnx" if not self.in_memory else ".input.onnx")
         return ["# first, a copy with the nodes named as precaudit names them", "import onnx", self.load(),
                 *self.naming(), self.save(copy), ""], copy
 

@@ -71,6 +71,7 @@ def paste(args: KeepArgs) -> str:
              *(["from onnxruntime.transformers import float16"] if args.op_types else []),
              "from onnxruntime.transformers.onnx_model import OnnxModel",
              "",
+             args.load() if args.in_memory else
              f"model = onnx.load({args.model!r}){'  # with its external data' if args.large else ''}",
              *args.naming(),
              "onnx_model = OnnxModel(model)",

@@ -91,6 +91,10 @@ class KeepList:
     alternative: str = ""  # why the list printed is not the first one found (a converter that cannot keep it)
     policy: Policy | None = None  # traced: which list is printed (--policy), and what the other would change
 
+    # how reports name the model when it is no file of the user's (precaudit.keep_list(proto) writes a scratch
+    # file); in_memory: the snippet then takes the caller's ModelProto as `model` instead of loading a path
+    shown: str | None = None
+    in_memory: bool = False
     @property
     def deployment(self) -> Deployment:
         """The target, the converter verified with and the user's own block list, as one value."""

@@ -49,7 +49,7 @@ def keep_args(keep: KeepList) -> KeepArgs:
     if keep.target_for == "modelopt":  # AutoCast classifies top-level nodes only: a body goes with its If/Loop
         nodes = list({id(t): t for t in map(_top, nodes)}.values())
     renames = duplicate_renames(keep.graph)
-    return KeepArgs(model=keep.model, dtype=keep.target.name, nodes=[renames.get(id(n), raw_name(n)) for n in nodes],
+    return KeepArgs(model=keep.model, in_memory=keep.in_memory, dtype=keep.target.name, nodes=[renames.get(id(n), raw_name(n)) for n in nodes],
                     op_types=op_types, unnamed=any(is_unnamed(n) for n in nodes), duplicates=bool(renames),
                     large=keep.large,
                     modules=sorted({n.scope or "" for n in nodes}), fx_nodes=[n.name for n in nodes],
@@ -106,7 +106,7 @@ def render_json(keep: KeepList) -> str:
     listed = duplicate_renames(keep.graph)  # a repeated name is listed as the snippet renames it
     data = {
         "schema_version": SCHEMA_VERSION,
-        "model": keep.model,
+        "model": keep.shown or keep.model,
         "dtype": keep.target.name,
         "for": keep.target_for,
         "converter": keep.converter.title,
@@ -146,7 +146,7 @@ def render_text(keep: KeepList) -> str:
     args = keep_args(keep)
     nodes = keep.nodes
     listed = duplicate_renames(keep.graph)
-    lines = [f"{printable(keep.model)}  (--dtype {keep.target.name}, --for {keep.target_for}: {keep.converter.title})"]
+    lines = [f"{printable(keep.shown or keep.model)}  (--dtype {keep.target.name}, --for {keep.target_for}: {keep.converter.title})"]
     counts = keep.op_type_counts()
     blocking = sum(counts.values())
     shown = ", ".join(f"{op} {n}" for op, n in counts.items())

@@ -79,7 +79,7 @@ def check_snippet(target_for: str, args: KeepArgs, render, target, rules, batche
         out = os.path.join(folder, "converted.onnx")
         script = os.path.join(folder, "snippet.py")
         with open(script, "w", encoding="utf-8") as fh:
-            fh.write(render(dataclasses.replace(args, out_path=out)) + "\n")
+            fh.write(render(dataclasses.replace(args, out_path=out, in_memory=False)) + "\n")  # (reads the file)
         check = SnippetCheck(True, f"ran with the installed {module.split('.')[0]}", inputs=inputs)
         try:
             proc = subprocess.run([sys.executable, "-I", script], cwd=os.getcwd(), capture_output=True, text=True,
