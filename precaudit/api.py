@@ -174,21 +174,22 @@ def keep_list(model: Any, for_: str, dtype: str = "fp16", *, keep_fp32: Sequence
     return keep
 
 
-def fix(model: str | os.PathLike, output: str | os.PathLike | None = None, dtype: str = "fp16", *,
+def fix(model: Any, output: str | os.PathLike | None = None, dtype: str = "fp16", *,
         dry_run: bool = False, inputs: Any = None, tolerance: float = 1e-3, data_floor: str | float = "keep",
         min_eps: float | None = None, keep_fp32: Sequence[str] = (), converter: str | None = None,
         runtime: str | None = None, select: Sequence[str] | None = None, ignore: Sequence[str] | None = None,
         trace: bool = False,
         config: str | os.PathLike | None = "pyproject", rules: Sequence[str | os.PathLike] = ()) -> FixResult:
-    """`precaudit fix MODEL -o OUTPUT`: repair, gate each repair on the float32 change it makes on `inputs` (a path
-    or list of .npz batches, or TraceOptions fields as a dict; None: synthesized), write OUTPUT only after every
-    check; FixResult.exit_code says what the command line would exit with. data_floor: keep, subnormal, normal or a
+    """`precaudit fix MODEL -o OUTPUT` (model a path or an onnx.ModelProto): repair, gate each repair on the float32
+    change it makes on `inputs` (a path or list of .npz batches, or TraceOptions fields as a dict; None:
+    synthesized), write OUTPUT only after every check; FixResult.exit_code says what the command line would exit
+    with. data_floor: keep, subnormal, normal or a
     number; min_eps, tolerance and data_floor are checked against dtype before the model is read."""
     from .context import Audit
     from .fixer.command import run_checked
     from .options import TraceOptions
 
-    model = check_path(model, "model")
+    _check_model(model, ("path", "proto"))
     output = None if output is None else check_path(output, "output")
     dry_run, trace = check_bool(dry_run, "dry_run"), check_bool(trace, "trace")
     if isinstance(inputs, bool):  # trace= switches traced mode on; inputs= says which inputs the checks run on
@@ -197,8 +198,11 @@ def fix(model: str | os.PathLike, output: str | os.PathLike | None = None, dtype
     settings = _settings({"dtype": dtype, "keep_fp32": keep_fp32, "rules": rules, "select": select,
                           "ignore": ignore, "converter": converter, "runtime": runtime}, config)
     # run_checked checks min_eps, tolerance and data_floor, named as settings.named names them, before the model
-    return run_checked(_noted(Audit.of(settings, inputs=options, traced=trace)), model, output, dry_run, min_eps,
-                       tolerance, data_floor)
+    context = _noted(Audit.of(settings, inputs=options, traced=trace))
+    with _as_paths(model, None) as (paths, shown_as):
+        result = run_checked(context, paths[0], output, dry_run, min_eps, tolerance, data_floor)
+    result.model = shown_as.get(paths[0], result.model)
+    return result
 
 
 # ---- the arguments as the pipeline takes them ------------------------------------------------------------------

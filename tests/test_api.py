@@ -420,3 +420,20 @@ def test_keep_list_takes_a_module_as_audit_does():
     assert keep.to_json() and [n for n in keep.code().splitlines() if n.startswith("KEEP_FP32")] == \
         ["KEEP_FP32 = ['1']"]
     assert all(p.dtype == torch.float32 for p in module.parameters())
+
+
+def test_fix_takes_a_modelproto_and_results_print_short(tmp_path):
+    """fix() of an in-memory model writes OUTPUT and names the object; repr() of a Report, a KeepList and a
+    FixResult is one short line (the dataclasses' were 6,000 to 13,000 characters)."""
+    from fixtures.onnx_builders import decomposed_layernorm
+
+    proto = decomposed_layernorm(1e-12, dtype="fp32")[0]
+    proto.graph.name = "ln"
+    result = precaudit.fix(proto, output=tmp_path / "fixed.onnx")
+    assert result.written and (tmp_path / "fixed.onnx").exists() and result.model == "<onnx.ModelProto ln>"
+    assert repr(result) == (f"<precaudit.FixResult <onnx.ModelProto ln> → {tmp_path / 'fixed.onnx'}: 1 repairs, "
+                            f"written, 1 of 2 findings fixed, exit code {result.exit_code}>")
+    keep = precaudit.keep_list(proto, "onnxruntime")
+    assert repr(keep) == f"<precaudit.KeepList <onnx.ModelProto ln> --for onnxruntime: 7 nodes kept, static, " \
+                         f"exit code {keep.exit_code}>"
+    assert len(repr(precaudit.audit(proto))) < 300

@@ -57,6 +57,14 @@ class FixResult:
     withheld: list[Repair] = field(default_factory=list)  # measured, and left out of the written model
     tolerance: float = 1e-3
 
+    def __repr__(self) -> str:  # (the dataclass's would print the whole plan and every finding)
+        from ..escape import printable
+
+        state = "dry run" if self.dry_run else "written" if self.written else "not written"
+        return (f"<precaudit.FixResult {printable(self.model)[:80]} → {printable(self.output or '-')[:80]}: "
+                f"{len(self.plan.repairs)} repairs, {state}, {self.fixed_count} of {len(self.before)} findings fixed, "
+                f"exit code {self.exit_code}>")
+
     def to_text(self) -> str:
         from .render import render_text
         return render_text(self)

@@ -156,6 +156,13 @@ class KeepList:
         ids = {id(n) for e in self.entries if not e.dropped for n in e.nodes}
         return [n for n in self.graph.nodes if id(n) in ids]
 
+    def __repr__(self) -> str:  # (the dataclass's would print the whole graph)
+        from ..escape import printable
+
+        state = "static" if self.verification is None else "verified" if self.verified else "NOT verified"
+        return (f"<precaudit.KeepList {printable(self.shown or self.model)[:80]} --for {self.target_for}: "
+                f"{len(self.nodes)} nodes kept, {state}, exit code {self.exit_code}>")
+
     def to_text(self) -> str:
         from .render import render_text
         return render_text(self)
