@@ -184,8 +184,8 @@ BAD_ARGUMENTS = [("audit", kwargs, message) for kwargs, message in [
      "example_inputs: only a torch.nn.Module model takes them (a path or an ONNX model has its own inputs)"),
     ({"trust_pickle": "no"}, "trust_pickle: must be true or false, got 'no'"),
 ]] + [("keep_list", kwargs, message) for kwargs, message in [
-    ({"model": ["a.onnx", "b.onnx"]}, "model: expected a path or an onnx.ModelProto, got list"),
-    ({"model": 42}, "model: expected a path or an onnx.ModelProto, got int"),
+    ({"model": ["a.onnx", "b.onnx"]}, "model: expected a path, an onnx.ModelProto or a torch.nn.Module, got list"),
+    ({"model": 42}, "model: expected a path, an onnx.ModelProto or a torch.nn.Module, got int"),
     ({"for_": None}, f"for_: must be one of {FOR}, got None"),
     ({"for_": "tvm"}, f"for_: must be one of {FOR}, got 'tvm'"),
     ({"dtype": "fp12"}, f"dtype: unknown dtype 'fp12'; choose one of {DTYPES}"),
@@ -202,7 +202,7 @@ BAD_ARGUMENTS = [("audit", kwargs, message) for kwargs, message in [
     ({"config": 5}, 'config: must be "pyproject", None or the path of a pyproject.toml, got 5'),
     ({"rules": [5]}, f"rules: {PATHS}, got [5]"),
 ]] + [("fix", kwargs, message) for kwargs, message in [
-    ({"model": 5}, f"model: {PATH}, got 5"),
+    ({"model": 5}, "model: expected a path or an onnx.ModelProto, got int"),
     ({"output": 5}, f"output: {PATH}, got 5"),
     ({"output": ""}, f"output: {PATH}, got ''"),
     ({"dtype": 16}, "dtype: must be a string, got 16"),
