@@ -97,8 +97,10 @@ class Report:
         from .report import render
         return render(self.outcome, "github")
 
-    def _repr_html_(self) -> str:  # a notebook shows the HTML report inline
-        return self.to_html()
+    def _repr_html_(self) -> str:  # a notebook shows the report inline: a fragment whose styles touch only itself
+        from .report.html import render_html_fragment
+
+        return render_html_fragment(self.outcome)
 
     def __repr__(self) -> str:
         counts = {s: sum(1 for f in self.outcome.result.findings if f.severity == s) for s in ("error", "warning")}

@@ -289,3 +289,21 @@ def test_training_report_escapes_the_models_names(tmp_path):
     bands = list(next(section.iter("g", data_series="values")).iter("rect"))
     shown = _NO_DOTS
     assert [b.attrs["data-node"] for b in bands] == [shown + ".weight", shown + ".bias"]
+
+
+def test_a_notebook_gets_a_fragment_whose_styles_touch_only_itself(tmp_path):
+    """Report._repr_html_: one element, no <html>/<head>/<body>, no script, and every CSS selector inside the
+    fragment's own container (the page's :root, body, h1 and table rules restyled the whole notebook)."""
+    import re
+
+    import precaudit
+    from fixtures.onnx_builders import decomposed_layernorm, save
+
+    report = precaudit.audit(save(decomposed_layernorm(1e-12, dtype="fp32")[0], tmp_path / "ln.onnx"))
+    html = report._repr_html_()
+    assert html.startswith('<div class="precaudit-report"><style>') and html.rstrip().endswith("</div>")
+    assert not re.search(r"<(html|head|body|script)\b", html)
+    css = html[html.index("<style>") + 7:html.index("</style>")]
+    selectors = [s.strip() for block in css.split("}") if "{" in block for s in block.split("{")[0].split(",")]
+    assert selectors and all(s == ".precaudit-report" or s.startswith(".precaudit-report ") for s in selectors)
+    assert "PA101" in html and report.to_html().startswith("<!DOCTYPE html>")

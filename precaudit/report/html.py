@@ -29,7 +29,7 @@ from .locations import shown
 from .outcome import Outcome
 from .text import summary_line
 
-__all__ = ["render_html"]
+__all__ = ["render_html", "render_html_fragment"]
 
 # (value key, label, as a percentage): the numbers a finding's row shows, where it has them
 _NUMBERS = [("eps", "eps", False), ("eps_rounded", "in its dtype", False), ("absmax", "max |x|", False),
@@ -42,10 +42,49 @@ _NUMBERS = [("eps", "eps", False), ("eps_rounded", "in its dtype", False), ("abs
 _MAX_CLASSES = 40  # rows of the dtype table
 
 
+def render_html_fragment(outcome: Outcome) -> str:
+    """The report as a notebook shows it (Report._repr_html_): one element, every style scoped to it, so it restyles
+    nothing of the notebook around it; no script (a notebook may not run one), so no sorting or filtering."""
+    page = _body(outcome)
+    return f'<div class="{_SCOPE}"><style>{_scoped(_CSS)}</style>\n{page}\n</div>\n'
+
+
+_SCOPE = "precaudit-report"
+
+
+def _scoped(css: str) -> str:
+    """Every rule of the page's CSS limited to the fragment's container (:root and body are the container)."""
+    rules = []
+    for block in css.split("}"):
+        if "{" not in block:
+            continue
+        selectors, body = block.split("{", 1)
+        scoped = []
+        for selector in selectors.split(","):
+            selector = " ".join(selector.split())
+            if selector in (":root", "body"):
+                scoped.append(f".{_SCOPE}")
+            else:
+                scoped.append(f".{_SCOPE} {selector}")
+        rules.append(f"{','.join(scoped)}{{{body}}}")
+    return "\n".join(rules)
+
+
 def render_html(outcome: Outcome) -> str:
+    models = ", ".join(outcome.result.models) or "no model"
+    page = _body(outcome)
+    digest = base64.b64encode(hashlib.sha256(_SCRIPT.encode()).digest()).decode()
+    policy = f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{digest}'"
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta http-equiv="Content-Security-Policy" content="{policy}">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>precaudit: {esc(models)}</title><style>{_CSS}</style></head>\n<body>\n{page}\n"
+            f"<script>{_SCRIPT}</script>\n</body></html>\n")
+
+
+def _body(outcome: Outcome) -> str:
     fmt = format_named(outcome.settings["dtype"])
     result = outcome.result
-    models = ", ".join(result.models) or "no model"
     # the charts first: they are the one glance; then each finding; then the dtype each node computes in
     body = [_header(outcome, fmt), _summary(outcome)]
     body += [_traced_section(i, model, outcome, fmt) for i, model in enumerate(result.models)
@@ -55,14 +94,7 @@ def render_html(outcome: Outcome) -> str:
     body.append(_findings(outcome))
     body += [_dtype_section(i, model, outcome, fmt) for i, model in enumerate(result.models)
              if outcome.result.dtype_maps.get(model)]
-    page = "\n".join(body)
-    digest = base64.b64encode(hashlib.sha256(_SCRIPT.encode()).digest()).decode()
-    policy = f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{digest}'"
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta http-equiv="Content-Security-Policy" content="{policy}">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>precaudit: {esc(models)}</title><style>{_CSS}</style></head>\n<body>\n{page}\n"
-            f"<script>{_SCRIPT}</script>\n</body></html>\n")
+    return "\n".join(body)
 
 
 def _header(outcome: Outcome, fmt: Format) -> str:
