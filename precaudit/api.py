@@ -70,8 +70,13 @@ class Report:
         return self.exit_code == 0
 
     def to_text(self, color: bool = False, group: bool = True) -> str:
+        """The text report, and why each model that could not be audited could not (the command line says that on
+        stderr, one line each)."""
+        from .escape import printable
         from .report import render
-        return render(self.outcome, "text", color=check_bool(color, "color"), group=check_bool(group, "group"))
+
+        text = render(self.outcome, "text", color=check_bool(color, "color"), group=check_bool(group, "group"))
+        return text + "".join(f"could not audit {printable(str(e))}\n" for e in self.errors)
 
     def to_json(self) -> str:
         from .report import render

@@ -437,3 +437,10 @@ def test_fix_takes_a_modelproto_and_results_print_short(tmp_path):
     assert repr(keep) == f"<precaudit.KeepList <onnx.ModelProto ln> --for onnxruntime: 7 nodes kept, static, " \
                          f"exit code {keep.exit_code}>"
     assert len(repr(precaudit.audit(proto))) < 300
+
+
+def test_to_text_says_why_a_model_could_not_be_audited(tmp_path):
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    text = precaudit.audit(str(broken)).to_text()
+    assert text.splitlines()[-1].startswith(f"could not audit {broken}: ")
