@@ -150,7 +150,7 @@ def audit_models(paths: list[str], deployment: Deployment, rules: list[Rule],
                 findings = apply_rules(rules, sites, path)
                 # a traced number holds for the inputs it was measured on, and says which
                 source = result.traces[path].source if traced else None
-                measured = [dataclasses.replace(f, inputs=source) for f in apply_rules(rules, traced, path)]
+                measured = [_measured_on(f, source) for f in apply_rules(rules, traced, path)]
                 findings += measured + apply_rules(rules, weights, path)
                 result.findings.extend(drop_suppressed(findings))
         except InputError as exc:
@@ -169,6 +169,18 @@ def audit_models(paths: list[str], deployment: Deployment, rules: list[Rule],
             continue
         result.models.append(path)
     return result
+
+
+_SYNTHESIZED_NOTE = " [on synthesized inputs only: a warning until your own --inputs show it]"
+
+
+def _measured_on(finding: Finding, source: str | None) -> Finding:
+    """A traced finding says what it was measured on; one that rests on synthesized inputs alone is at most a
+    warning (they have no real ranges, ids, masks or lengths: an error there may be of their making)."""
+    if source == "synthesized" and finding.severity == "error":
+        return dataclasses.replace(finding, inputs=source, severity="warning",
+                                   message=finding.message + _SYNTHESIZED_NOTE)
+    return dataclasses.replace(finding, inputs=source)
 
 
 def _internal_error(path: str, exc: BaseException) -> InputError:

@@ -26,9 +26,11 @@ _NP_FLOAT = {"fp16": np.float16, "fp32": np.float32, "fp64": np.float64}
 _INDEX_PATH = {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Expand"}
 
 
-# A mask is synthesized in every state it has, row by row: all valid, partly valid (the second half masked), all
-# masked. Three rows need a batch of three: a symbolic batch dim of a model with a mask input is guessed as 3.
-MASK_ROWS = 3
+# A mask is synthesized row by row in the states real inputs have: all valid, and partly valid (the second half
+# masked). Never all masked: a row with no valid position makes a softmax over nothing, NaN in float32 too, which
+# real inputs never feed (a failure of the synthesized input's making). Two rows need a batch of two: a symbolic
+# batch dim of a model with a mask input is guessed as 2.
+MASK_ROWS = 2
 _MASK_NAME = re.compile(r"mask|padding", re.IGNORECASE)
 
 
@@ -168,7 +170,8 @@ def synthesize_inputs(graph: Graph, dims: dict[str, int], seed: int,
         elif value.dtype in _FLOAT:
             feeds[value.name] = rng.standard_normal(shape).astype(_NP_FLOAT.get(value.dtype, np.float32))
         elif is_mask(value) and shape:
-            feeds[value.name] = _mask(shape, np.dtype(bool if value.dtype == "bool" else value.dtype or "int64"))
+            mask = _mask(shape, np.dtype(bool if value.dtype == "bool" else value.dtype or "int64"))
+            feeds[value.name] = (1 - mask).astype(mask.dtype) if _marks_padding(value) else mask
         elif value.dtype == "bool":  # a scalar flag (an If's condition): true in even samples, false in odd ones
             feeds[value.name] = np.full(shape, seed % 2 == 0, dtype=bool)
         else:
@@ -185,8 +188,8 @@ def synthesize_inputs(graph: Graph, dims: dict[str, int], seed: int,
 
 
 def _mask(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """Row r of the first dim: all ones (r % 3 == 0), ones then zeros along the last dim (1), all zeros (2). With one
-    row, the partly valid one: a mask is never synthesized in one state only."""
+    """Row r of the first dim: all ones (r % 2 == 0), ones then zeros along the last dim (1). With one row, the
+    partly valid one: a mask is never synthesized in one state only, and never with no valid position."""
     out = np.ones(shape, dtype=dtype)
     if not shape:
         return out
@@ -199,9 +202,38 @@ def _mask(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
                 out[r, ..., half:] = 0
             else:
                 out[r] = 0 if rows > 1 else 1
-        elif state == 2:
-            out[r] = 0
     return out
+
+
+# ops a mask passes through on its way to the Where that applies it (Not flips what True means)
+_MASK_PATH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Identity", "Not", "Transpose"}
+
+
+def _marks_padding(value: Value) -> bool:
+    """Whether True (1) marks the positions to leave out (PyTorch's key_padding_mask), not those to attend (HF's
+    attention_mask): read from the Where that applies it, Where(mask, fill, scores) with a large negative fill, or
+    from the name (padding). Without either, 1 means valid, as attention_mask does."""
+    frontier: list[tuple[Value, bool]] = [(value, False)]
+    seen = 0
+    while frontier and seen < 32:
+        current, flipped = frontier.pop()
+        seen += 1
+        for user in current.consumers:
+            if user.op_type == "Where" and user.input(0) is current:
+                fill_first = _is_fill(user.input(1))
+                if fill_first or _is_fill(user.input(2)):
+                    return fill_first != flipped
+            elif user.op_type in _MASK_PATH and user.input(0) is current:
+                frontier += [(out, flipped != (user.op_type == "Not")) for out in user.outputs]
+    return "padding" in value.name.lower()
+
+
+def _is_fill(value: Value | None) -> bool:
+    """A large negative constant: what a mask writes where it leaves a position out (-inf, finfo.min, -1e9)."""
+    from ..analysis.constants import resolve_scalar
+
+    c = resolve_scalar(value)
+    return c is not None and c.value <= -1e4
 
 
 def _table_size(value: Value) -> int | None:
