@@ -90,6 +90,17 @@ def test_help_lists_every_command_then_the_default_commands_options(capsys):
     assert "  --version" in out.split("Commands:")[0] and "  --show-completion" in out.split("Commands:")[0]
 
 
+@pytest.mark.parametrize("command", ["check", "keep-list", "fix"])
+def test_help_says_which_selection_flags_replace_and_which_add(command, capsys):
+    assert main([command, "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--select RULE,... Only these rules: ids, names or id prefixes (PA1), or ALL. Replaces [tool.precaudit] " \
+           "select." in out
+    assert "--ignore RULE,... Not these rules (wins over --select). Replaces [tool.precaudit] ignore." in out
+    assert "--extend-select RULE,... These rules too, added to --select or [tool.precaudit] select" in out
+    assert "--extend-ignore RULE,... Not these rules either, added to --ignore or [tool.precaudit] ignore." in out
+
+
 # ---- shell completion, through click's environment protocol ------------------------------------------------------
 
 @pytest.mark.parametrize("words,expected", [
@@ -100,6 +111,7 @@ def test_help_lists_every_command_then_the_default_commands_options(capsys):
     ("precaudit model.onnx --format s", ["sarif"]),  # an option's values
     ("precaudit keep-list model.onnx --tol", ["--tolerance"]),
     ("precaudit keep-list model.onnx --for onnx", ["onnxconverter-common", "onnxruntime"]),
+    ("precaudit check --extend-", ["--extend-select", "--extend-ignore"]),
 ])
 def test_tab_completes_commands_options_and_values(words, expected):
     done = _complete(words)

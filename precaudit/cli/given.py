@@ -16,9 +16,10 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 # a command's parameter -> the setting it gives ([tool.precaudit]'s key, load_settings' name)
 _SETTINGS = {"dtype": "dtype", "autocast": "autocast", "keep_fp32": "keep_fp32", "converter": "converter",
-             "runtime": "runtime", "rules": "rules", "select": "select", "ignore": "ignore", "preview": "preview",
+             "runtime": "runtime", "rules": "rules", "select": "select", "ignore": "ignore",
+             "extend_select": "extend_select", "extend_ignore": "extend_ignore", "preview": "preview",
              "report_format": "format", "fail_on": "fail_on", "baseline": "baseline", "check_weights": "check_weights"}
-_LISTS = ("keep_fp32", "select", "ignore")  # comma-separated, and repeatable
+_LISTS = ("keep_fp32", "select", "ignore", "extend_select", "extend_ignore")  # comma-separated, and repeatable
 
 
 class UsageError(Exception):

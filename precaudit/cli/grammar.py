@@ -165,10 +165,15 @@ Rules = Annotated[Many, typer.Option(
     "--rules", metavar="PATH", help="Extra YAML rule file or folder; may override built-in rules.")]
 Select = Annotated[Many, typer.Option(
     "--select", metavar="RULE,...",
-    help="Only these rules: ids, names or id prefixes (PA1), or ALL.")]
+    help="Only these rules: ids, names or id prefixes (PA1), or ALL. Replaces [tool.precaudit] select.")]
 Ignore = Annotated[Many, typer.Option(
     "--ignore", metavar="RULE,...",
-    help="Not these rules (wins over --select).")]
+    help="Not these rules (wins over --select). Replaces [tool.precaudit] ignore.")]
+ExtendSelect = Annotated[Many, typer.Option(
+    "--extend-select", metavar="RULE,...",
+    help="These rules too, added to --select or [tool.precaudit] select (or to every rule, when neither is set).")]
+ExtendIgnore = Annotated[Many, typer.Option(
+    "--extend-ignore", metavar="RULE,...", help="Not these rules either, added to --ignore or [tool.precaudit] ignore.")]
 Inputs = Annotated[Many, typer.Option(
     "--inputs", metavar="FILE.npz", help="One array per graph input (else synthesized); repeat for several batches.")]
 Samples = Annotated[int, typer.Option("--samples", min=1, help="How many synthesized batches.")]
@@ -244,7 +249,7 @@ def check(
     autocast: Annotated[str | None, typer.Option(
         "--autocast", metavar="cuda|cpu", autocompletion=_among(lambda: AUTOCAST),
         help="PyTorch: the float32 module under torch.autocast(device, --dtype), not model.to(--dtype).")] = None,
-    select: Select = [], ignore: Ignore = [],
+    select: Select = [], ignore: Ignore = [], extend_select: ExtendSelect = [], extend_ignore: ExtendIgnore = [],
     preview: Annotated[bool | None, typer.Option("--preview/--no-preview", help="Also run preview rules.")] = None,
     report_format: ReportFormat = None,
     no_group: Annotated[bool, typer.Option("--no-group", help="Text: one block per finding.")] = False,
@@ -319,7 +324,7 @@ def keep_list(
         help="onnxconverter-common, onnxruntime, olive, modelopt (ONNX models); pytorch, torch-tensorrt (PyTorch "
              "models).")] = None,
     dtype: Dtype = None, keep_fp32: KeepFp32 = [], runtime: RuntimeOpt = None, rules: Rules = [],
-    select: Select = [], ignore: Ignore = [],
+    select: Select = [], ignore: Ignore = [], extend_select: ExtendSelect = [], extend_ignore: ExtendIgnore = [],
     trace: Annotated[bool, typer.Option("--trace", help="Verify the list by emulating the model (and grow it).")
                      ] = False,
     inputs: Inputs = [], samples: Samples = 1, dim: Dim = [], range_: Range = [], seed: Seed = 0,
@@ -367,7 +372,7 @@ def fix(
         "--tolerance", metavar="REL",
         help="The largest change a repair may make to a float32 output, relative to its largest |value|, on the "
              "checked inputs (default 1e-3).")] = 1e-3,
-    select: Select = [], ignore: Ignore = [],
+    select: Select = [], ignore: Ignore = [], extend_select: ExtendSelect = [], extend_ignore: ExtendIgnore = [],
     trace: Annotated[bool, typer.Option("--trace", help="Also emulate both models in --dtype.")] = False,
     inputs: Inputs = [], samples: Samples = 1, dim: Dim = [], range_: Range = [], seed: Seed = 0,
     timeout: Timeout = 1800.0, trace_engine: Engine = "auto", output_format: ListFormat = "text",
