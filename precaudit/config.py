@@ -35,6 +35,10 @@ class Settings:
     fail_on: str = "error"
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
+    # added to select (or to every rule) and to ignore, as Ruff's extend-select and extend-ignore: the command
+    # line's --select and --ignore replace the pyproject's lists, --extend-select and --extend-ignore add to them
+    extend_select: list[str] = field(default_factory=list)
+    extend_ignore: list[str] = field(default_factory=list)
     preview: bool = False
     check_weights: bool = False  # read every float32 weight and measure it against the target dtype
     autocast: str | None = None  # PyTorch: run the float32 module under torch.autocast on this device (cuda, cpu)
@@ -47,6 +51,18 @@ class Settings:
     origins: dict[str, str] = field(default_factory=dict)
     # how an error names a value the caller gave: --keep-fp32 on the command line, keep_fp32 in the Python API
     named: Callable[[str], str] = field(default=flag, repr=False)
+
+    @property
+    def selected(self) -> list[str]:
+        """The selectors that choose the rules run: select (empty: every rule) and extend_select."""
+        if not self.extend_select:
+            return self.select
+        return [*(self.select or ["ALL"]), *self.extend_select]
+
+    @property
+    def ignored(self) -> list[str]:
+        """The selectors of the rules not run: ignore and extend_ignore."""
+        return [*self.ignore, *self.extend_ignore]
 
     @property
     def project_root(self) -> Path | None:

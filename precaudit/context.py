@@ -53,7 +53,7 @@ class Audit:
             raise InputError(None, str(exc.args[0])) from None
         all_rules = load_rules(settings.rules)
         _check_selectors(settings, all_rules)
-        rules = active_rules(all_rules, settings.select, settings.ignore, settings.preview)
+        rules = active_rules(all_rules, settings.selected, settings.ignored, settings.preview)
         torch = torch or TorchOptions()
         if torch.autocast is None and settings.autocast is not None:
             torch = dataclasses.replace(torch, autocast=settings.autocast)
@@ -108,12 +108,12 @@ def _check_selectors(settings: Settings, rules: list[Rule]) -> None:
     """Every selector must name a rule; the error names the flag, or the pyproject file and key."""
     from .selection import check_selectors
 
-    for name in ("select", "ignore"):
+    for name in ("select", "ignore", "extend_select", "extend_ignore"):
         origin = settings.origins.get(name)
         if origin == "command line":
             check_selectors(getattr(settings, name), rules, None, settings.named(name))
         else:
-            check_selectors(getattr(settings, name), rules, origin, f"[tool.precaudit] {name}")
+            check_selectors(getattr(settings, name), rules, origin, f"[tool.precaudit] {name.replace('_', '-')}")
     for table in ("per_model_ignores", "per_node_ignores"):
         for glob, selectors in getattr(settings, table).items():
             key = f"[tool.precaudit] {table.replace('_', '-')}.\"{glob}\""

@@ -16,7 +16,7 @@ from typing import BinaryIO
 from .errors import InputError
 
 __all__ = ["open_regular", "read_bytes", "read_text", "check_regular", "MiB", "start_run", "note_read", "check_output",
-           "write_new", "replace_with", "read_so_far", "add_read", "note_imported"]
+           "write_new", "replace_with", "is_null_device", "read_so_far", "add_read", "note_imported"]
 
 MiB = 1 << 20
 
@@ -61,13 +61,16 @@ def note_imported() -> None:
 
 def write_new(path: str | os.PathLike, text: str, may_replace: tuple[str | os.PathLike, ...] = (),
               what: str = "the report") -> None:
-    """Write an output file, refusing one that is (by identity, not by name) a file this run reads.
+    """Write an output file, refusing one that is (by identity, not by name) a file this run reads; the folders
+    missing on its way are made, and os.devnull takes the text with nothing written anywhere.
 
     Written to a temporary file in the target's folder and renamed into place after the checks, so a reader of the
     old file (or a hard link to it) never sees half a report.
     """
     shown = str(path)
-    target = check_output(path, may_replace, what)
+    target = check_output(path, may_replace, what, create=True, null_ok=True)
+    if is_null_device(target):
+        return
     data = text.encode("utf-8", "surrogateescape")
     try:
         replace_with(target, data, may_replace, what, shown)
@@ -76,22 +79,21 @@ def write_new(path: str | os.PathLike, text: str, may_replace: tuple[str | os.Pa
 
 
 def check_output(path: str | os.PathLike, may_replace: tuple[str | os.PathLike, ...] = (),
-                 what: str = "the report") -> Path:
-    """The file an output path really names, or one InputError: its folder must exist as the operating system
-    resolves it (x/../model.onnx through a missing x is refused, not collapsed onto model.onnx), the name in it
-    may be no symlink and nothing but a regular file, and the file may be none the run reads (by device and
-    inode, hard links included) unless may_replace names it."""
+                 what: str = "the report", create: bool = False, null_ok: bool = False) -> Path:
+    """The file an output path really names, or one InputError: its folder as the operating system resolves it,
+    the name in it no symlink and nothing but a regular file, and the file none the run reads (by device and
+    inode, hard links included) unless may_replace names it.
+
+    Folders missing on the way are made when create (at the write; checked only, before it), below the nearest
+    folder that exists; a '..' after a missing folder is refused, since x/../model.onnx through a missing x would
+    land on model.onnx once x is made. null_ok: os.devnull (the device itself, not a link to it) is an output the
+    caller writes nothing to."""
     shown = str(path)
     folder, name = os.path.split(os.fspath(path))
-    try:
-        real_folder = os.path.realpath(folder or ".", strict=True)
-        if not os.path.isdir(real_folder):
-            raise NotADirectoryError
-    except (OSError, NotADirectoryError):
-        raise InputError(shown, "its folder does not exist") from None
     if name in ("", ".", ".."):
         raise InputError(shown, "names a folder, not a file")
-    target = Path(real_folder) / name
+    real_folder = _output_folder(folder or ".", shown, create)
+    target = real_folder / name
     try:
         st = os.lstat(target)
     except FileNotFoundError:
@@ -100,6 +102,8 @@ def check_output(path: str | os.PathLike, may_replace: tuple[str | os.PathLike, 
         raise InputError(shown, f"cannot write it: {exc.strerror or exc}") from None
     if stat.S_ISLNK(st.st_mode):
         raise InputError(shown, "is a symlink: precaudit writes no output through one (it could point at an input)")
+    if null_ok and _is_null(st):
+        return target
     if not stat.S_ISREG(st.st_mode):
         raise InputError(shown, f"is {_kind(st.st_mode)}: precaudit writes outputs over regular files only")
     key = (st.st_dev, st.st_ino)
@@ -110,6 +114,52 @@ def check_output(path: str | os.PathLike, may_replace: tuple[str | os.PathLike, 
         named = f" ({': '.join(said)})" if said else ""
         raise InputError(shown, f"refusing to write {what} over one of the inputs{named}")
     return target
+
+
+def _output_folder(folder: str, shown: str, create: bool) -> Path:
+    """The output's folder resolved as the OS resolves it: the nearest folder of it that exists, then the missing
+    ones under it (made when create)."""
+    missing: list[str] = []
+    head = folder
+    while not os.path.lexists(head):
+        head, part = os.path.split(head)
+        if part == "..":
+            raise InputError(shown, "its folder does not exist, and a '..' after a missing folder is refused (it "
+                                    "would resolve elsewhere once the folder is made)")
+        if part not in ("", "."):
+            missing.insert(0, part)
+        if not head:
+            head = "."
+            break
+    try:
+        real = os.path.realpath(head, strict=True)
+        if not os.path.isdir(real):
+            raise NotADirectoryError
+    except (OSError, NotADirectoryError):
+        raise InputError(shown, "its folder does not exist") from None
+    if missing and create:
+        try:
+            os.makedirs(os.path.join(real, *missing), exist_ok=True)
+        except OSError as exc:
+            raise InputError(shown, f"cannot make its folder: {exc.strerror or exc}") from None
+        return _output_folder(folder, shown, create=False)  # resolved again, as made
+    return Path(real, *missing)
+
+
+def is_null_device(path: str | os.PathLike) -> bool:
+    """Whether the path names os.devnull itself (the null device, not a symlink to it)."""
+    try:
+        return _is_null(os.lstat(path))
+    except OSError:
+        return False
+
+
+def _is_null(st: os.stat_result) -> bool:
+    try:
+        null = os.stat(os.devnull)
+    except OSError:
+        return False
+    return stat.S_ISCHR(st.st_mode) and (st.st_dev, st.st_ino, st.st_rdev) == (null.st_dev, null.st_ino, null.st_rdev)
 
 
 def replace_with(target: Path, data: bytes | None, may_replace: tuple[str | os.PathLike, ...] = (),

@@ -38,7 +38,7 @@ def run_audit(audit: Audit, models: list[str], write_to: str | None = None, exit
     code = exit_code_of(counted, bool(result.errors), settings.fail_on, accepted)
     report_settings = {"dtype": audit.deployment.fmt.name, "fail_on": settings.fail_on,
                        "keep_fp32": settings.keep_fp32, "rules": settings.rules, "format": settings.format,
-                       "select": settings.select, "ignore": settings.ignore, "preview": settings.preview,
+                       "select": settings.selected, "ignore": settings.ignored, "preview": settings.preview,
                        "baseline": settings.baseline, "check_weights": settings.check_weights or audit.traced,
                        "converter": settings.converter, "autocast": settings.autocast,
                        "runtime": audit.deployment.runtime.spelled if audit.deployment.runtime else None,

@@ -25,14 +25,12 @@ LAYERS: list[set[str]] = [
     {"rules"},
     {"trace", "fixer", "keeplist", "train"},
     {"report"},
-    {"pipeline", "api", "cli", "cli_app"},
+    {"pipeline", "api", "cli"},
 ]
 
 # Circles known today outside analysis/ and frontends/, for their owners to break: this list is to be emptied,
 # never extended (a new circle, or a module more in a known one, fails the test).
-KNOWN_CIRCLES: list[set[str]] = [
-    {"precaudit.cli", "precaudit.cli_app"},
-]
+KNOWN_CIRCLES: list[set[str]] = []
 # Imports up the layers known today, outside analysis/ and frontends/: to be emptied, like KNOWN_CIRCLES.
 KNOWN_UPWARD: list[tuple[str, str]] = [
     ("precaudit.keeplist.render", "precaudit.report.json"),
@@ -43,7 +41,7 @@ KNOWN_UPWARD: list[tuple[str, str]] = [
 
 # Where the house limits hold today (functions under 80 lines, modules under 500): the rest is to join as its
 # owners split it.
-SIZED = ("analysis", "frontends", "rules/condition.py", "rules/template.py")
+SIZED = ("analysis", "frontends", "cli", "rules/condition.py", "rules/template.py")
 FUNCTION_LINES, MODULE_LINES = 80, 500
 
 

@@ -116,9 +116,9 @@ def test_text_report_has_its_lines_and_no_escape_bytes(repo, capsys):
 
 
 def test_text_report_in_color_paints_only_its_own_escapes(repo, capsys, monkeypatch):
-    import precaudit.cli as cli
+    import precaudit.cli.output as output
 
-    monkeypatch.setattr(cli, "_color_ok", lambda no_color: True)  # as on a terminal
+    monkeypatch.setattr(output, "color_ok", lambda no_color: True)  # as on a terminal
     code, out, _ = _run("text", capsys)
     escapes = set(re.findall(r"\x1b\[[0-9;]*m", out))
     assert code == 1 and escapes <= {"\x1b[0m", "\x1b[1m", "\x1b[31m", "\x1b[33m", "\x1b[36m"}

@@ -8,6 +8,7 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
@@ -107,11 +108,23 @@ def climbing(tmp_path_factory):
     return t5_like(tmp_path_factory.mktemp("climb") / "climb.onnx", growth=1.3)
 
 
+def _as_given(model, tmp_path) -> str:
+    """The inputs traced mode would synthesize, saved as the user's own (findings measured on synthesized inputs
+    alone are warnings): the same numbers, judged as the user's data."""
+    from precaudit.frontends.onnx import load_onnx
+    from precaudit.trace.inputs import synthesize_inputs
+
+    path = tmp_path / "inputs.npz"
+    np.savez(path, **synthesize_inputs(load_onnx(str(model)), {}, 0))
+    return str(path)
+
+
 def test_traced_report_shows_findings_and_the_headroom_chart(climbing, tmp_path):
-    code, page, root = render(climbing, tmp_path, "--trace")
+    inputs = ("--trace", "--inputs", _as_given(climbing, tmp_path))
+    code, page, root = render(climbing, tmp_path, *inputs)
     assert code == 1
     assert_self_contained(page, root)
-    _, report = run_json([climbing], "--trace", out_dir=tmp_path)  # the JSON report stays as it was
+    _, report = run_json([climbing], *inputs, out_dir=tmp_path)  # the JSON report stays as it was
     expected = {(r["rule_id"], r["node_name"]) for r in report["results"]}
 
     table = next(root.iter("table", id="findings-table"))

@@ -151,7 +151,8 @@ def run_fix(model: str, output: str | None, deployment: Deployment, rules: list[
         return result
     if output is None:
         raise InputError(None, "fix writes a new model: give -o FIXED.onnx (or --dry-run for the plan only)")
-    target_path = check_output(output, what="the fixed model")  # the file the OS will write: folder, no symlink
+    # the file the OS will write (its missing folders made now: the model is written beside it first), no symlink
+    target_path = check_output(output, what="the fixed model", create=True)
     out_dir = target_path.parent
     from ..trace.inputs import input_batches
 

@@ -1,0 +1,454 @@
+"""The command line's grammar, on typer: every command, argument and option, typed and documented once.
+
+Each command here only declares its parameters and hands them, as a Given, to the function of the module of the same
+name (check.py, keep_list.py, ...), which does the work; nothing there imports this module. `precaudit MODEL` is
+`precaudit check MODEL`: DefaultCommandGroup resolves a first word that is no command as the default command's.
+Completion (the --show-completion and --install-completion options, and TAB through click's environment protocol),
+--help, "did you mean" and the formatting of usage errors are typer's own. typer runs in click's non-standalone
+mode: run() returns the exit code, and a usage error comes back as a UsageError that main() says in one line.
+
+Adding a command: its module beside this one with a function of a Given returning the exit code, and one function
+here that declares its options under @app.command (see `rules` for a small one).
+"""
+
+import os
+from collections.abc import Callable, Iterable
+from difflib import get_close_matches
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from ..options import AUTOCAST, FAIL_ON, FORMATS, TRACE_ENGINES, check_choice
+from ..version import __version__
+from .given import EXIT_ERROR, Given, UsageError
+
+if TYPE_CHECKING:  # the base class's own types (typer.Context is a subclass of click's)
+    from typer._click import Context, HelpFormatter
+
+__all__ = ["app", "run", "DefaultCommandGroup"]
+
+PROG = "precaudit"
+DESCRIPTION = "Precision audit for ML models: where will this graph lose its numbers in fp16, bf16 or fp8?"
+LIST_FORMATS = ("text", "json")
+_SHELLS = ("bash", "zsh", "fish", "pwsh", "powershell")
+
+
+class DefaultCommandGroup(TyperGroup):
+    """A group whose first word, when it names no command, is the default command's own (`precaudit MODEL
+    --dtype bf16`, `precaudit --dtype bf16 MODEL`, `precaudit -- --odd-name.onnx`): parsed, completed and shown in
+    --help as that command's."""
+
+    default_command = "check"
+
+    def parse_args(self, ctx: "Context", args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0].partition("=")[0] not in self._own_options(ctx):
+            if not ctx.resilient_parsing:
+                self._refuse_a_mistyped_command(ctx, args[0])
+            args = [self.default_command, *args]
+        return super().parse_args(ctx, args)
+
+    def _refuse_a_mistyped_command(self, ctx: "Context", word: str) -> None:
+        """A first word close to a command's name that can name no model (no '.', '/' or ':', no such file): the
+        command mistyped, said as typer says it, not audited as a model."""
+        if word.startswith("-") or any(c in word for c in "./:\\") or os.path.lexists(word):
+            return
+        close = get_close_matches(word, list(self.commands))
+        if close:
+            ctx.fail(f"No such command {word!r}. Did you mean {close[0]!r}?")
+
+    def _own_options(self, ctx: "Context") -> set[str]:
+        return {name for param in self.get_params(ctx) for name in (*param.opts, *param.secondary_opts)}
+
+    def shell_complete(self, ctx: "Context", incomplete: str) -> list[Any]:
+        """The commands and the group's options, and where an option is begun the default command's options too."""
+        results = super().shell_complete(ctx, incomplete)
+        if incomplete.startswith("-"):
+            default = self.commands[self.default_command]
+            with typer.Context(default, info_name=self.default_command, parent=ctx, resilient_parsing=True) as sub:
+                seen = {item.value for item in results}
+                results += [item for item in default.shell_complete(sub, incomplete) if item.value not in seen]
+        return results
+
+    def format_help(self, ctx: "Context", formatter: "HelpFormatter") -> None:
+        """typer's help of the group, then the default command's arguments and options."""
+        super().format_help(ctx, formatter)
+        name = self.default_command
+        default = self.commands[name]
+        with typer.Context(default, info_name=name, parent=ctx) as sub:
+            formatter.write_paragraph()
+            formatter.write_text(f"The default command, {name} (`{PROG} MODEL` is `{PROG} {name} MODEL`):")
+            default.format_options(sub, formatter)
+
+    def _main_shell_completion(self, ctx_args: Any, prog_name: str, complete_var: str | None = None) -> None:
+        """A completion request in the environment (_PRECAUDIT_COMPLETE=complete_bash, as typer's script sends it,
+        or bash_complete, click's spelling): the completions on stdout, and the exit code returned, not exited."""
+        complete_var = complete_var or f"_{prog_name}_COMPLETE".replace("-", "_").upper()
+        instruction = os.environ.get(complete_var)
+        if not instruction:
+            return
+        from typer.completion import shell_complete
+
+        shell, _, verb = instruction.partition("_")
+        if shell in _SHELLS:  # click's {shell}_{instruction}; typer reads {instruction}_{shell}
+            instruction = f"{verb}_{shell}"
+        raise typer.Exit(shell_complete(self, ctx_args, prog_name, complete_var, instruction))
+
+
+def _checked(name: str, choices: tuple[str, ...] = ()) -> Callable[[str | None], str | None]:
+    """A callback that checks a setting's flag (name) as its pyproject key and the Python API's argument are checked,
+    or a command's own choice among choices; its problem said as typer says a bad value (None: not given)."""
+    def check(value: str | None) -> str | None:
+        from ..errors import InputError
+
+        try:
+            if value is None or choices:
+                return None if value is None else check_choice(value, choices, "")
+            from ..config import check_setting  # with numpy: only when the flag is given
+            return check_setting(name, value, "")
+        except InputError as exc:
+            raise typer.BadParameter(exc.problem) from None
+    return check
+
+
+def _among(choices: Callable[[], Iterable[str]]) -> Callable[[str], list[str]]:
+    """TAB after an option: its values that begin with what is typed (the list made only when asked)."""
+    def complete(incomplete: str) -> list[str]:
+        return [choice for choice in choices() if choice.startswith(incomplete)]
+    return complete
+
+
+def _dtypes() -> Iterable[str]:
+    from ..dtypes import FORMATS as DTYPES
+
+    return DTYPES
+
+
+def _converters() -> Iterable[str]:
+    from ..converters import CONVERTER_NAMES
+
+    return CONVERTER_NAMES
+
+
+def _for_targets() -> Iterable[str]:
+    from ..keeplist import FOR_TARGETS
+
+    return FOR_TARGETS
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"{PROG} {__version__}")
+        raise typer.Exit()
+
+
+Many = list[str]  # a repeatable option, gathered into a list (empty when not given)
+
+# the options several commands share, spelled once
+Dtype = Annotated[str | None, typer.Option(
+    "--dtype", "-d", metavar="DTYPE", autocompletion=_among(_dtypes),
+    help="Target dtype: fp16 (default), bf16, fp8-e4m3, fp8-e5m2, fp32 or fp64.")]
+KeepFp32 = Annotated[Many, typer.Option(
+    "--keep-fp32", metavar="OP_OR_NODE,...",
+    help="Op types, node names or globs kept in float32 (your converter's block list).")]
+Converter = Annotated[str | None, typer.Option(
+    "--converter", metavar="NAME", autocompletion=_among(_converters),
+    help="The fp16 converter to model: plain (default: every float32 tensor runs in --dtype), onnxconverter-common, "
+         "onnxruntime, olive or modelopt: its default block list, its clamp of the constants it converts and its "
+         "Cast handling.")]
+RuntimeOpt = Annotated[str | None, typer.Option(
+    "--runtime", metavar="NAME[@VERSION]",
+    help="The runtime that runs the model: judge each node in the dtype its kernel there really computes in "
+         "(precaudit runtimes lists them: ort-cpu, ort-cuda@1.26, tensorrt@11, ...).")]
+Rules = Annotated[Many, typer.Option(
+    "--rules", metavar="PATH", help="Extra YAML rule file or folder; may override built-in rules.")]
+Select = Annotated[Many, typer.Option(
+    "--select", metavar="RULE,...",
+    help="Only these rules: ids, names or id prefixes (PA1), or ALL. Replaces [tool.precaudit] select.")]
+Ignore = Annotated[Many, typer.Option(
+    "--ignore", metavar="RULE,...",
+    help="Not these rules (wins over --select). Replaces [tool.precaudit] ignore.")]
+ExtendSelect = Annotated[Many, typer.Option(
+    "--extend-select", metavar="RULE,...",
+    help="These rules too, added to --select or [tool.precaudit] select (or to every rule, when neither is set).")]
+ExtendIgnore = Annotated[Many, typer.Option(
+    "--extend-ignore", metavar="RULE,...", help="Not these rules either, added to --ignore or [tool.precaudit] ignore.")]
+Inputs = Annotated[Many, typer.Option(
+    "--inputs", metavar="FILE.npz", help="One array per graph input (else synthesized); repeat for several batches.")]
+Samples = Annotated[int, typer.Option("--samples", min=1, help="How many synthesized batches.")]
+Dim = Annotated[Many, typer.Option("--dim", metavar="NAME=SIZE", help="Size of a symbolic dim.")]
+Range = Annotated[Many, typer.Option(
+    "--range", metavar="NAME=LO:HI",
+    help="Synthesize this input uniform in [LO, HI] (int16-scale audio: -32768:32767).")]
+Seed = Annotated[int, typer.Option("--seed", min=0, help="Seed for synthesized inputs.")]
+Timeout = Annotated[float, typer.Option(
+    "--timeout", min=0, metavar="SECONDS",
+    help="Stop a model's traced run, or a model.py:factory's, after this long (default 1800; 0: no limit).")]
+Engine = Annotated[str, typer.Option(
+    "--trace-engine", metavar="auto|onnxruntime|numpy", autocompletion=_among(lambda: TRACE_ENGINES),
+    help="What runs the ops (auto: onnxruntime where installed).")]
+InputShape = Annotated[Many, typer.Option(
+    "--input-shape", metavar="D0,D1,...",
+    help="PyTorch: shape of each forward() argument when the factory gives none.")]
+InputDtype = Annotated[str, typer.Option(
+    "--input-dtype", metavar="DTYPE", help="PyTorch: dtype of synthesized inputs (fp32, fp16, bf16, int64).")]
+TrustPickle = Annotated[bool, typer.Option(
+    "--trust-pickle", help="PyTorch: allow unpickling a whole module (runs code from the file).")]
+NoFactories = Annotated[bool, typer.Option(
+    "--no-factories",
+    help="Import no Python code: every MODEL is a file, and model.py:factory is then no such file; --trust-pickle "
+         "is refused. For models from a pull request (the GitHub Action passes it).")]
+Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")]
+Trace = Annotated[bool, typer.Option("--trace", help="Run the model and emulate the target dtype.")]
+# the report options check and train share
+ReportFormat = Annotated[str | None, typer.Option(
+    "--format", "-f", callback=_checked("format"), metavar="FORMAT", autocompletion=_among(lambda: FORMATS),
+    help=f"Report format: {', '.join(FORMATS)} (default text).")]
+ReportFile = Annotated[str | None, typer.Option(
+    "--output", "-o", metavar="FILE",
+    help="Write the report to this file (its missing folders made; never over an input; /dev/null: nowhere).")]
+FailOn = Annotated[str | None, typer.Option(
+    "--fail-on", callback=_checked("fail_on"), metavar="|".join(FAIL_ON), autocompletion=_among(lambda: FAIL_ON),
+    help="Exit 1 at this severity or worse (default error).")]
+Baseline = Annotated[str | None, typer.Option(
+    "--baseline", metavar="FILE", help="Report only findings not in this baseline.")]
+NoColor = Annotated[bool, typer.Option("--no-color", help="Plain text even on a terminal.")]
+ListFormat = Annotated[str, typer.Option(
+    "--format", "-f", callback=_checked("format", LIST_FORMATS), metavar="text|json",
+    autocompletion=_among(lambda: LIST_FORMATS), help="text or json.")]
+Version = Annotated[bool, typer.Option(
+    "--version", is_eager=True, callback=_show_version, help="Print the version and exit.")]
+
+
+app = typer.Typer(name=PROG, help=DESCRIPTION, cls=DefaultCommandGroup, add_completion=True,
+                  pretty_exceptions_enable=False, rich_markup_mode=None, subcommand_metavar="[COMMAND] [ARGS]...",
+                  context_settings={"help_option_names": ["-h", "--help"]})
+
+
+@app.callback(invoke_without_command=True, epilog=f"`{PROG} COMMAND --help` shows a command's options.")
+def root(ctx: typer.Context, version: Version = False) -> None:
+    if ctx.invoked_subcommand is None:  # a bare `precaudit`: what to type, as a usage error
+        typer.echo(ctx.get_help(), err=True)
+        raise typer.Exit(EXIT_ERROR)
+
+
+# Each command: its parameters, then its module's function of them. Commands to come have their place here too
+# (`runtimes`, the runtime models; `eps MODEL`, an eps inventory): a module with the function, and a function here.
+
+@app.command("check", short_help="Audit models against the target dtype (the default command).",
+             help=f"Audit models against the target dtype (the default command: `{PROG} MODEL` is "
+                  f"`{PROG} check MODEL`).")
+def check(
+    models: Annotated[list[str] | None, typer.Argument(
+        metavar="MODEL", show_default=False,
+        help="ONNX files, or PyTorch models: model.py:factory, package.module:factory, .pt2, TorchScript .pt.")
+    ] = None,
+    dtype: Dtype = None, keep_fp32: KeepFp32 = [], converter: Converter = None, runtime: RuntimeOpt = None,
+    rules: Rules = [],
+    autocast: Annotated[str | None, typer.Option(
+        "--autocast", metavar="cuda|cpu", autocompletion=_among(lambda: AUTOCAST),
+        help="PyTorch: the float32 module under torch.autocast(device, --dtype), not model.to(--dtype).")] = None,
+    select: Select = [], ignore: Ignore = [], extend_select: ExtendSelect = [], extend_ignore: ExtendIgnore = [],
+    preview: Annotated[bool | None, typer.Option("--preview/--no-preview", help="Also run preview rules.")] = None,
+    report_format: ReportFormat = None,
+    no_group: Annotated[bool, typer.Option("--no-group", help="Text: one block per finding.")] = False,
+    output: ReportFile = None, fail_on: FailOn = None,
+    exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even with findings.")] = False,
+    statistics: Annotated[bool, typer.Option("--statistics", help="A count per rule.")] = False,
+    baseline: Baseline = None,
+    write_baseline: Annotated[str | None, typer.Option(
+        "--write-baseline", metavar="FILE", help="Accept today's findings: write them to FILE and exit 0.")] = None,
+    show_settings: Annotated[bool, typer.Option(
+        "--show-settings", help="Print the resolved configuration and exit.")] = False,
+    trace: Trace = False,
+    check_weights: Annotated[bool | None, typer.Option(
+        "--check-weights/--no-check-weights",
+        help="Read every float32 weight and check it (always on with --trace).")] = None,
+    inputs: Inputs = [], samples: Samples = 1, dim: Dim = [], range_: Range = [], seed: Seed = 0,
+    timeout: Timeout = 1800.0, trace_engine: Engine = "auto", input_shape: InputShape = [],
+    input_dtype: InputDtype = "fp32", trust_pickle: TrustPickle = False, no_factories: NoFactories = False,
+    no_color: NoColor = False,
+    jobs: Annotated[int | None, typer.Option(
+        "--jobs", "-j", min=1, metavar="N", help="Models audited at a time (default: the cores).")] = None,
+    debug: Debug = False,
+) -> int:
+    given = Given(locals())
+    from .check import check as command
+
+    return command(given)
+
+
+@app.command("rules", short_help="List every rule.",
+             help="List every rule: id, name, severity, whether it runs by default, summary.")
+def rules(rules: Rules = [], output_format: ListFormat = "text",
+          write_pages: Annotated[Path | None, typer.Option(
+              "--write-pages", metavar="DIR",
+              help="Write a Markdown page per rule and the index into DIR (docs/rules).")] = None) -> int:
+    given = Given(locals())
+    from .rule_docs import list_rules as command
+
+    return command(given)
+
+
+@app.command("explain", short_help="Explain a rule: what it checks, a worked example, the fix.",
+             help="Explain a rule: what it checks, a worked example in numbers, the fix.")
+def explain(rule: Annotated[str, typer.Argument(metavar="RULE", help="A rule id (PA101) or name.")],
+            rules: Rules = []) -> int:
+    given = Given(locals())
+    from .rule_docs import explain as command
+
+    return command(given)
+
+
+@app.command("match", short_help="Show, node by node, why a rule fires or does not.",
+             help="Show, node by node, why a rule fires or does not: the pattern step that failed, or the "
+                  "condition's values.")
+def match(rule: Annotated[str, typer.Argument(metavar="RULE", help="A rule id (PA203) or name.")],
+          model: Annotated[str, typer.Argument(metavar="MODEL", help="The model to match the rule against.")],
+          node: Annotated[str, typer.Option("--node", metavar="GLOB", help="Only nodes matching this glob.")] = "*",
+          dtype: Dtype = None, keep_fp32: KeepFp32 = [], converter: Converter = None, runtime: RuntimeOpt = None,
+          rules: Rules = [], no_factories: NoFactories = False) -> int:
+    given = Given(locals())
+    from .rule_docs import match as command
+
+    return command(given)
+
+
+@app.command("keep-list", short_help="The nodes to keep in float32, as your converter's arguments.",
+             help="The nodes to keep in float32, as your converter's arguments; verified by emulation with --trace.")
+def keep_list(
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="An ONNX file, or a PyTorch model.")],
+    target_for: Annotated[str | None, typer.Option(
+        "--for", metavar="CONVERTER", autocompletion=_among(_for_targets),
+        help="onnxconverter-common, onnxruntime, olive, modelopt (ONNX models); pytorch, torch-tensorrt (PyTorch "
+             "models).")] = None,
+    dtype: Dtype = None, keep_fp32: KeepFp32 = [], runtime: RuntimeOpt = None, rules: Rules = [],
+    select: Select = [], ignore: Ignore = [], extend_select: ExtendSelect = [], extend_ignore: ExtendIgnore = [],
+    trace: Annotated[bool, typer.Option("--trace", help="Verify the list by emulating the model (and grow it).")
+                     ] = False,
+    inputs: Inputs = [], samples: Samples = 1, dim: Dim = [], range_: Range = [], seed: Seed = 0,
+    timeout: Timeout = 1800.0, trace_engine: Engine = "auto",
+    tolerance: Annotated[float, typer.Option(
+        "--tolerance", metavar="REL",
+        help="Traced: the largest output error allowed, relative to the output's largest |value| (default 0.01).")
+    ] = 0.01,
+    max_runs: Annotated[int, typer.Option("--max-runs", min=1, help="Traced: emulation runs at most.")] = 30,
+    policy: Annotated[str | None, typer.Option(
+        "--policy", metavar="minimal|safe", autocompletion=_among(lambda: ("minimal", "safe")),
+        help="Traced: print the smallest list that verifies (minimal: the default on your --inputs) or every static "
+             "finding's nodes and what the run adds (safe: the default on synthesized inputs).")] = None,
+    output_format: ListFormat = "text",
+    output: Annotated[str | None, typer.Option(
+        "--output", "-o", metavar="FILE",
+        help="Write the list to this file (its missing folders made; /dev/null: nowhere).")] = None,
+    input_shape: InputShape = [], input_dtype: InputDtype = "fp32", trust_pickle: TrustPickle = False,
+    no_factories: NoFactories = False, debug: Debug = False,
+) -> int:
+    given = Given(locals())
+    from .keep_list import keep_list as command
+
+    return command(given)
+
+
+@app.command("fix", short_help="Repair what the audit found; write a new model.",
+             help="Repair what the audit found, minimally and locally; write a new model, checked against the "
+                  "original.")
+def fix(
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="The ONNX file to repair (never written over).")],
+    output: Annotated[str | None, typer.Option(
+        "--output", "-o", metavar="FILE", help="Where to write the fixed model (its missing folders made).")] = None,
+    dtype: Dtype = None, keep_fp32: KeepFp32 = [], converter: Converter = None, runtime: RuntimeOpt = None,
+    rules: Rules = [],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan only; write nothing.")] = False,
+    min_eps: Annotated[float | None, typer.Option(
+        "--min-eps", metavar="V", help="Raise eps (and new guards) to V instead of the smallest normal number.")
+    ] = None,
+    data_floor: Annotated[str, typer.Option(
+        "--data-floor", metavar="keep|subnormal|normal|V",
+        help="A clamp on data whose floor is 0.0 in --dtype: keep it (default), or raise it to the smallest "
+             "subnormal or normal number, or to V, gated by --tolerance.")] = "keep",
+    tolerance: Annotated[float, typer.Option(
+        "--tolerance", metavar="REL",
+        help="The largest change a repair may make to a float32 output, relative to its largest |value|, on the "
+             "checked inputs (default 1e-3).")] = 1e-3,
+    select: Select = [], ignore: Ignore = [], extend_select: ExtendSelect = [], extend_ignore: ExtendIgnore = [],
+    trace: Annotated[bool, typer.Option("--trace", help="Also emulate both models in --dtype.")] = False,
+    inputs: Inputs = [], samples: Samples = 1, dim: Dim = [], range_: Range = [], seed: Seed = 0,
+    timeout: Timeout = 1800.0, trace_engine: Engine = "auto", output_format: ListFormat = "text",
+    no_factories: Annotated[bool, typer.Option(
+        "--no-factories", help="Accepted for scripts that pass it to every command: fix reads only ONNX files and "
+                               "imports no code.")] = False,
+    debug: Debug = False,
+) -> int:
+    given = Given(locals())
+    from .fix import fix as command
+
+    return command(given)
+
+
+@app.command("train", short_help="Audit a PyTorch training step (backward and optimizer) in an fp16/bf16 regime.",
+             help="Audit a PyTorch training step in an fp16/bf16 regime: the backward pass, the loss scale and the "
+                  "optimizer step (static, or one step run twice with --trace).")
+def train(
+    model: Annotated[str, typer.Argument(
+        metavar="FACTORY",
+        help="model.py:make or package.module:make, returning (model, inputs[, loss_fn][, optimizer]).")],
+    regime: Annotated[str, typer.Option(
+        "--regime", metavar="REGIME",
+        autocompletion=_among(lambda: ("amp-fp16", "amp-bf16", "bf16", "fp16")),
+        help="amp-fp16 (default: autocast + GradScaler, float32 master weights), amp-bf16, bf16 "
+             "(model.to(bfloat16)), fp16 (model.half()).")] = "amp-fp16",
+    trace: Annotated[bool, typer.Option(
+        "--trace", help="Run one step (or --steps) in float32 and in the regime, op by op, and compare.")] = False,
+    steps: Annotated[int, typer.Option(
+        "--steps", metavar="N", help="Traced: optimizer steps to run, 1 to 1000 (default 1).")] = 1,
+    loss_scale: Annotated[float | None, typer.Option(
+        "--loss-scale", metavar="S",
+        help="GradScaler's start (amp-fp16) or a static scale (fp16); default 65536 for amp-fp16.")] = None,
+    lr: Annotated[float | None, typer.Option(
+        "--lr", metavar="LR", help="Every parameter group's learning rate, instead of the optimizer's.")] = None,
+    seed: Seed = 0,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", metavar="SECONDS",
+        help="Stop after this long: the factory's import and call, the capture and the steps, run in a process of "
+             "their own (default 1800; 0: no limit).")] = 1800.0,
+    rules: Rules = [], select: Select = [], ignore: Ignore = [],
+    report_format: ReportFormat = None, output: ReportFile = None, fail_on: FailOn = None, baseline: Baseline = None,
+    no_color: NoColor = False, debug: Debug = False,
+) -> int:
+    given = Given(locals())
+    from .train import train as command
+
+    return command(given)
+
+
+def run(args: list[str]) -> int:
+    """Parse the command line and run its command: the exit code. A usage error is a UsageError (said in one line
+    by main); --help, --show-completion and a completion request print, and are exit 0."""
+    import typer.main
+
+    command = typer.main.get_command(app)
+    for param in command.params:  # typer's completion options end the process; here they return, as --help does
+        if param.name in ("install_completion", "show_completion") and param.callback is not None:
+            param.callback = _returning(param.callback)
+    try:
+        code = command.main(args, prog_name=PROG, standalone_mode=False)
+    except typer.Exit as exc:  # raised before the parse: a completion request, answered already
+        return exc.exit_code
+    except typer.Abort:
+        raise KeyboardInterrupt from None
+    except typer.TyperException as exc:  # a usage error (typer's own click): said in one line by main
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        raise UsageError(message) from None
+    return 0 if code is None else int(code)
+
+
+def _returning(callback: Callable[..., Any]) -> Callable[..., Any]:
+    """The callback, with its sys.exit(0) turned into typer.Exit: the exit code comes back to main()."""
+    def call(*args: Any) -> Any:
+        try:
+            return callback(*args)
+        except SystemExit as exc:
+            raise typer.Exit(exc.code if isinstance(exc.code, int) else 0) from None
+    return call
