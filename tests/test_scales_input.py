@@ -155,7 +155,7 @@ def test_a_shard_missing_from_an_index(tmp_path, capsys):
     index = shards(tmp_path)
     (tmp_path / "model-00002-of-00002.safetensors").unlink()
     assert refused(capsys, str(index)) == (f"precaudit: {index}: names the shard 'model-00002-of-00002.safetensors', "
-                                           f"which is missing from {tmp_path}")
+                                           f"and {tmp_path / 'model-00002-of-00002.safetensors'} does not exist")
     assert refused(capsys, str(tmp_path)) == refused(capsys, str(index))
 
 
@@ -202,3 +202,66 @@ def test_usage_errors_are_one_line(capsys):
     line = refused(capsys, "x", "--format", "html")  # argparse's own words vary with the Python version
     assert line.startswith("precaudit: scales: argument --format/-f: invalid choice: 'html'")
     assert line.endswith("(precaudit scales --help shows the usage)")
+
+
+def test_well_formed_headers_of_any_shape_and_dtype_end_in_a_report_or_one_error(tmp_path):
+    """A fixed-seed fuzz of what a header can hold once it is well formed: scales of any dtype and shape, leaves
+    added and dropped, torchao metadata with zero block sizes, configs with hostile regexes and odd group sizes.
+    Every scan renders in every format or raises InputError; nothing else escapes."""
+    import math
+    import random
+
+    import ml_dtypes
+
+    from precaudit import InputError
+    from precaudit.checkpoint import scan
+    from precaudit.checkpoint.header import BITS
+    from tests.scales_checkpoints import compressed_nvfp4, compressed_w4a16, gpt_oss_mxfp4, torchao_mxfp8
+
+    tensors, metadata = torchao_mxfp8("0", 16, 64)
+    mx = gpt_oss_mxfp4(2, 4, 64)
+    tensors.update({**GOOD, **named("a", compressed_nvfp4(16, 64)), **named("b", compressed_w4a16(8, 256)),
+                    "g.up_blocks": mx["blocks"], "g.up_scales": mx["scales"],
+                    "h.weight": np.zeros((4, 8), ml_dtypes.float8_e4m3fn), "h.weight_scale_inv": np.ones((1, 1))})
+    header, _ = header_and_data(tensors, metadata)
+    configs = [{"quant_method": "compressed-tensors", "ignore": ["re:.*up.*", "b"], "config_groups": {
+                   "g": {"targets": ["re:(x+)+y", "Linear"], "weights": {"num_bits": 4, "type": "float",
+                                                                        "group_size": 16}},
+                   "h": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int", "group_size": True}}}},
+               {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 7, "exclude_modules": ["a*"]},
+               {"quant_method": "fp8", "weight_block_size": [3, 0]}, None]
+    torchao = [json.dumps({"_type": "Float8Tensor", "_data": {"block_size": [0, 5]},
+                           "_tensor_data_names": ["qdata", "scale"]}),
+               json.dumps({"_type": "NVFP4Tensor", "_data": {"block_size": 0}, "_tensor_data_names": ["qdata", "s"]})]
+    rng = random.Random(36)
+    for case in range(60):
+        edited = json.loads(json.dumps(header))
+        names = [k for k in edited if k != "__metadata__"]
+        for _ in range(rng.randint(1, 4)):
+            name, roll = rng.choice(names), rng.random()
+            if roll < 0.35:
+                edited[name]["dtype"] = rng.choice([d for d in BITS if BITS[d] % 8 == 0])
+            elif roll < 0.7:
+                edited[name]["shape"] = [rng.choice([0, 1, 2, 3, 16, 17, 32]) for _ in range(rng.randint(0, 4))]
+            elif roll < 0.9:
+                leaf = rng.choice(["weight_scale", "weight_scale_2", "input_scale", "weight_packed", "weight_shape"])
+                edited[name.rsplit(".", 1)[0] + "." + leaf] = dict(edited[name])
+            else:
+                edited["__metadata__"]["0.weight"] = rng.choice(torchao)
+        offset = 0
+        for key, entry in edited.items():
+            if key != "__metadata__":
+                size = math.prod(entry["shape"]) * BITS[entry["dtype"]] // 8
+                entry["data_offsets"], offset = [offset, offset + size], offset + size
+        folder = tmp_path / str(case)
+        folder.mkdir()
+        data = np.random.default_rng(case).integers(0, 256, size=offset, dtype=np.uint8).tobytes()
+        raw_file(folder / "m.safetensors", json.dumps(edited), data)
+        config = rng.choice(configs)
+        if config is not None:
+            (folder / "config.json").write_text(json.dumps({"quantization_config": config}))
+        try:
+            report = scan(folder / "m.safetensors")
+        except InputError:
+            continue
+        assert report.to_text() and json.loads(report.to_json()) and json.loads(report.to_sarif())

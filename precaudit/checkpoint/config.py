@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Scheme", "QuantConfig", "read_config", "family_of_algo"]
+__all__ = ["Scheme", "QuantConfig", "read_config", "family_of_algo", "positive_ints"]
 
 _CLASS = re.compile(r"[A-Z][A-Za-z0-9_]*\Z")
 _MAX_PATTERN = 1000
@@ -183,7 +183,7 @@ def read_config(config: dict[str, Any]) -> QuantConfig:
     elif method in ("mxfp4", "fp8"):  # transformers' own: every module it converts, less modules_to_not_convert
         block = config.get("weight_block_size")
         schemes = [Scheme(method, ["Linear"], method, 32 if method == "mxfp4" else None,
-                          _ints(block),
+                          positive_ints(block),
                           method == "fp8" and config.get("activation_scheme") == "static")]
         return QuantConfig(method, schemes, ignore + _strings(config.get("modules_to_not_convert")),
                            substring_ignore=True)
@@ -196,16 +196,16 @@ def _strings(value: Any) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
-def _ints(value: Any) -> tuple[int, ...] | None:
+def positive_ints(value: Any) -> tuple[int, ...] | None:
     """A list of positive integers as a tuple (a block structure), else None."""
-    if isinstance(value, list) and value and all(isinstance(v, int) and v > 0 for v in value):
+    if isinstance(value, list) and value and all(type(v) is int and v > 0 for v in value):
         return tuple(value)
     return None
 
 
 def _algo_scheme(name: str, targets: list[str], algo: Any, group_size: Any) -> Scheme:
     family = family_of_algo(algo)
-    size = group_size if isinstance(group_size, int) and group_size > 0 else None
+    size = group_size if type(group_size) is int and group_size > 0 else None
     # ModelOpt calibrates its activation scales for every algorithm that quantizes activations (W4A16 ones do not)
     static = isinstance(algo, str) and not algo.upper().startswith(("W4A16", "W8A16"))
     return Scheme(name, targets, family, size, None, static)
@@ -215,7 +215,7 @@ def _group_scheme(name: str, group: dict[str, Any]) -> Scheme:
     weights: dict[str, Any] = group["weights"] if isinstance(group.get("weights"), dict) else {}
     inputs = group.get("input_activations")
     bits, kind, size = weights.get("num_bits"), weights.get("type"), weights.get("group_size")
-    size = size if isinstance(size, int) and size > 0 else None
+    size = size if type(size) is int and size > 0 else None
     block = weights.get("block_structure")
     family = None
     if kind == "float" and bits == 4:
@@ -225,4 +225,4 @@ def _group_scheme(name: str, group: dict[str, Any]) -> Scheme:
     elif kind == "int" and bits in (4, 8):
         family = f"int{bits}"
     static = isinstance(inputs, dict) and inputs.get("dynamic") is not True
-    return Scheme(name, _strings(group.get("targets")), family, size, _ints(block), static)
+    return Scheme(name, _strings(group.get("targets")), family, size, positive_ints(block), static)

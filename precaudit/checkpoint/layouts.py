@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import QuantConfig
+from .config import QuantConfig, positive_ints
 from .header import TensorInfo
 
 __all__ = ["Part", "Unit", "find_units", "SCALE_ROLES"]
@@ -268,12 +268,13 @@ def _torchao_unit(name: str, module: str, meta: dict, found: dict[str, TensorInf
         family, decode, convention = ("fp8" if kind == "Float8Tensor" else None), None, None
     qdata = found.get("qdata")
     pack = 2 if family in ("nvfp4", "mxfp4") and qdata is not None and qdata.dtype == "U8" else 1
+    block_list = positive_ints(block)
+    block = block if type(block) is int and block > 0 else None
     unit = Unit(name, module, f"torchao-{kind}", family,
                 {d: Part(t, roles[d], decode if roles[d] == "block" and decode and t.dtype in ("U8",) + CODES
                          else t.dtype) for d, t in found.items()},
-                block=block if isinstance(block, int) else None, pack=pack, convention=convention,
-                evidence=f"__metadata__ {kind} ({', '.join(data)})",
-                options={"swizzled": swizzled, "block_size": block if isinstance(block, list) else None})
+                block=block, pack=pack, convention=convention, evidence=f"__metadata__ {kind} ({', '.join(data)})",
+                options={"swizzled": swizzled, "block_size": block_list})
     unit.missing = [f"{module}._{name.rsplit('.', 1)[1]}_{d}" for d in data if d not in found]
     return unit
 

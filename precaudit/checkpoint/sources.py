@@ -100,7 +100,7 @@ def _from_index(index: str) -> list[Shard]:
             raise InputError(index, f"names the shard {name!r}, which is not a file name in the index's folder")
         shard_path = os.path.join(folder, name)
         if not os.path.lexists(shard_path):
-            raise InputError(index, f"names the shard {name!r}, which is missing from {folder}")
+            raise InputError(index, f"names the shard {name!r}, and {shard_path} does not exist")
         shards[name] = read_header(shard_path)
     for tensor, name in weight_map.items():
         if tensor not in shards[name].tensors:

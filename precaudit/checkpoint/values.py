@@ -155,7 +155,8 @@ def _chunk_counts(raw: memoryview, decode: str, wanted: set[str]) -> Counts:
         if clean[0] <= low and high <= clean[1]:
             return Counts(count=int(bits.size), min=_value(decode, low), max=_value(decode, high))
     if decode in _FLOATS:
-        values = bits.view(np.dtype(_FLOATS[decode]).newbyteorder("<")).astype(np.float64)
+        with np.errstate(invalid="ignore"):  # a NaN's payload
+            values = bits.view(np.dtype(_FLOATS[decode]).newbyteorder("<")).astype(np.float64)
         masks = _kind_masks(values, decode)
         counts = _summary(values, masks, None)
         counts.first = {k: int(np.argmax(masks[k])) for k in wanted if getattr(counts, k)}
@@ -281,7 +282,8 @@ def _count_run(raw: memoryview, decode: str, tensors: list[TensorInfo]) -> list[
 
 def _values(decode: str, codes: np.ndarray) -> np.ndarray:
     if decode in _FLOATS:
-        return codes.view(np.dtype(_FLOATS[decode]).newbyteorder("<")).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            return codes.view(np.dtype(_FLOATS[decode]).newbyteorder("<")).astype(np.float64)
     return _code_table(decode)[codes]
 
 
