@@ -143,7 +143,7 @@ def test_modelopt_fp8_zero_per_tensor_scale_is_an_error(tmp_path):
     name = "model.layers.0.self_attn.o_proj.weight_scale"
     assert counts(report, name) == {"count": 1, "nan": 0, "inf": 0, "zero": 1, "subnormal": 0, "negative": 0}
     assert ids(report) == [("SC103", "error", name)]
-    assert report.findings[0].message == ("1 zero of 1 weight scales (F32): the weights they scale is 0, or inf "
+    assert report.findings[0].message == ("1 zero of 1 weight scales (F32): everything it scales is 0, or inf "
                                           "where a loader divides by it")
     assert [e["layout"] for e in report.layouts] == ["modelopt-fp8"]
 

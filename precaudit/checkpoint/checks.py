@@ -23,8 +23,10 @@ FP4_FP8 = 6 * 448  # the largest E2M1 value times the largest E4M3 value: NVFP4'
 _WHOLE = ("global", "input", "kv")  # one number for a whole tensor (or one per expert)
 _ROLE_WORDS = {"block": "block scales", "scale": "weight scales", "global": "global scale entries",
                "input": "activation scale entries", "kv": "KV-cache scale entries", "smooth": "smoothing factors"}
-_EFFECT = {"block": "the blocks they scale", "scale": "the weights they scale", "global": "the whole weight",
-           "input": "the activations it scales", "kv": "the cache it scales", "smooth": "the channels it scales"}
+# what a role's scale acts on, and whether that is plural (for the verb)
+_EFFECT = {"block": ("the blocks they scale", True), "scale": ("the weights they scale", True),
+           "global": ("the whole weight", False), "input": ("the activations it scales", True),
+           "kv": ("the KV cache it scales", False), "smooth": ("the channels they scale", True)}
 _FLOAT = ("F16", "BF16", "F32", "F64")
 _INPUT_LEAF = {"modelopt-nvfp4": "input_scale", "modelopt-fp8": "input_scale", "compressed-tensors-fp8": "input_scale",
                "compressed-tensors-nvfp4": "input_global_scale", "int8": "input_scale"}
@@ -49,17 +51,18 @@ def value_findings(st: ScaleTensor) -> Iterator[ScaleFinding]:
 
     counts = {"count": c.count, "nan": c.nan, "inf": c.inf, "zero": c.zero, "subnormal": c.subnormal,
               "negative": c.negative}
-    effect = _EFFECT.get(st.role, "what they scale")
+    effect, plural = _EFFECT.get(st.role, ("what they scale", False))
+    s = "" if plural else "s"
     if c.nan or c.inf:
         kinds = " and ".join(f"{n:,} {k}" for n, k in ((c.nan, "NaN"), (c.inf, "inf")) if n)
         yield _finding("SC101", "error", st, f"{kinds} of {what}{first('nan' if c.nan else 'inf')}: {effect} "
-                                             "dequantize to NaN or inf", **counts)
+                                             f"dequantize{s} to NaN or inf", **counts)
     if c.negative:
         yield _finding("SC102", "error", st, f"{c.negative:,} negative of {what}{first('negative')}: {effect} "
-                                             "flip sign", **counts)
+                                             f"flip{s} sign", **counts)
     if c.zero:
-        consequence = (f"{effect} is 0, or inf where a loader divides by it" if whole
-                       else f"{effect} dequantize to 0 (right only for blocks of zeros)")
+        consequence = ("everything it scales is 0, or inf where a loader divides by it" if whole
+                       else f"{effect} dequantize{s} to 0 (right only where those weights are all 0)")
         yield _finding("SC103", "error" if whole else "warning", st,
                        f"{c.zero:,} zero of {what}{first('zero')}: {consequence}", **counts)
     if c.subnormal:

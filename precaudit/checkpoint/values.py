@@ -2,8 +2,11 @@
 
 Bytes are read with readinto at the offsets the header proved are in the file, not memory-mapped: a file that a
 stranger's process truncates while it is mapped kills the reader with SIGBUS, where a short read here is one
-InputError. 8- and 16-bit scales are classified by a histogram of their codes (every code decoded once), so the
-count is exact for every format, E8M0 and the FNUZ ones included; 32- and 64-bit ones by their bits.
+InputError. A chunk is first settled by its least and greatest code: in every format here the positive normal
+finite values are one run of codes in which the value grows with the code, so a chunk inside that run (the usual
+one) has no entry of any kind, and its extreme codes are its min and max. Any other 8- or 16-bit chunk is counted
+by a histogram of its codes (every code decoded once: exact for E8M0 and the FNUZ formats too); a float16, 32 or
+64 one by its values.
 
 E8M0 has no zero, inf or subnormal of its own: code 0xFF is NaN, and code 0 is 2^-127, a float32 subnormal that
 consumers building the scale by a shift decode as 0. It is counted as subnormal.
@@ -15,7 +18,7 @@ import io
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import IO, cast
+from typing import IO, Callable, cast
 
 import numpy as np
 
@@ -56,7 +59,7 @@ class Counts:
         self.max = _pick(max, self.max, other.max)
 
 
-def _pick(f, a: float | None, b: float | None) -> float | None:
+def _pick(f: Callable[[float, float], float], a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else f(a, b)
 
 
@@ -182,7 +185,7 @@ def _histogram(codes: np.ndarray, size: int) -> np.ndarray:
 
 
 def _width(decode: str) -> int:
-    return 2 if decode in ("F16", "BF16") else 4 if decode == "F32" else 8 if decode == "F64" else 1
+    return np.dtype(_BITS.get(decode, np.uint8)).itemsize
 
 
 def _count_buffer(view: memoryview, decode: str, total: Counts, offset: int) -> None:
