@@ -33,12 +33,13 @@ from .errors import InputError
 from .options import argument, check_bool, check_choice, check_int, check_number, check_path, check_paths, shown
 
 if TYPE_CHECKING:
+    from .checkpoint import ScanReport
     from .finding import Finding
     from .fixer.run import FixResult
     from .keeplist import KeepList
     from .report.outcome import Outcome
 
-__all__ = ["audit", "keep_list", "fix", "train_audit", "Report", "InputError"]
+__all__ = ["audit", "keep_list", "fix", "train_audit", "scales", "Report", "InputError"]
 
 
 @dataclass
@@ -210,6 +211,14 @@ def fix(model: Any, output: str | os.PathLike | None = None, dtype: str = "fp16"
         result = run_checked(context, paths[0], output, dry_run, min_eps, tolerance, data_floor)
     result.model = shown_as.get(paths[0], result.model)
     return result
+
+
+def scales(checkpoint: str | os.PathLike) -> ScanReport:
+    """`precaudit scales CHECKPOINT`: a quantized safetensors checkpoint's scales checked from its headers and scale
+    tensors alone (precaudit.checkpoint.scan); bad input raises InputError."""
+    from .checkpoint import scan
+
+    return scan(check_path(checkpoint, "checkpoint"))
 
 
 # ---- the arguments as the pipeline takes them ------------------------------------------------------------------
