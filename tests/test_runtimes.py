@@ -183,3 +183,33 @@ def test_the_whisper_case_is_a_silent_finite_failure_on_webgpu_and_not_on_cuda(t
     assert (silent["values"]["cause_node"], silent["values"]["rel_error"]) == ("pow", 1.0)
     assert _findings(path, tmp_path, *args, "--runtime", "ort-cuda") == set()
     assert _findings(path, tmp_path, *args, "--runtime", "ort-cpu") == set()
+
+
+def test_the_runtimes_command_lists_every_model_and_writes_the_page(tmp_path, capsys):
+    import json
+
+    from precaudit.cli import main
+
+    assert main(["runtimes", "-f", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["runtimes"]
+    assert [r["name"] for r in listed] == list(RUNTIME_NAMES)
+    assert all(f["source"] and f["how"] in ("read", "measured", "read and measured") for r in listed for f in r["facts"])
+    assert main(["runtimes", "--write-page", str(tmp_path / "runtimes.md")]) == 0
+    assert (tmp_path / "runtimes.md").read_text() == runtimes_page()
+
+
+def test_the_eps_command_lists_and_diffs(tmp_path, capsys):
+    import json
+
+    from precaudit.cli import main
+
+    old = save(decomposed_layernorm(1e-12, dtype="fp32")[0], tmp_path / "old.onnx")
+    new = save(decomposed_layernorm(1e-5, dtype="fp32")[0], tmp_path / "new.onnx")
+    assert main(["eps", str(old), "--runtime", "ort-cpu", "-f", "json"]) == 0
+    [entry] = json.loads(capsys.readouterr().out)["eps"]
+    assert (entry["node"], entry["value"], entry["dtype"], entry["held"]) == ("add_eps", 0.0, "float32", "float16")
+    assert main(["eps", str(old), str(new), "--diff"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"{old} → {new}: 1 change",
+        "  add_eps (Add): 1e-12 → 0 in float16 [zero]  became  1e-05 → 1.001e-05 in float16 [subnormal]"]
+    assert main(["eps", str(old), "--diff"]) == 2

@@ -176,3 +176,11 @@ def test_python_api(tmp_path):
     with pytest.raises(InputError, match="truncated header"):
         (tmp_path / "bad.safetensors").write_bytes(b"")
         api.scales(tmp_path / "bad.safetensors")
+
+
+def test_precaudit_scales_is_a_command_of_precaudit(tmp_path, capsys):
+    from precaudit.cli import main
+
+    assert main(["scales", str(tmp_path / "missing.safetensors")]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"precaudit: {tmp_path / 'missing.safetensors'}: no such file or "
+                                                    "folder"]

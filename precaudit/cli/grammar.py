@@ -233,8 +233,8 @@ def root(ctx: typer.Context, version: Version = False) -> None:
         raise typer.Exit(EXIT_ERROR)
 
 
-# Each command: its parameters, then its module's function of them. Commands to come have their place here too
-# (`runtimes`, the runtime models; `eps MODEL`, an eps inventory): a module with the function, and a function here.
+# Each command: its parameters, then its module's function of them (a new command is a module with the function,
+# and a function here).
 
 @app.command("check", short_help="Audit models against the target dtype (the default command).",
              help=f"Audit models against the target dtype (the default command: `{PROG} MODEL` is "
@@ -452,3 +452,50 @@ def _returning(callback: Callable[..., Any]) -> Callable[..., Any]:
         except SystemExit as exc:
             raise typer.Exit(exc.code if isinstance(exc.code, int) else 0) from None
     return call
+
+
+@app.command("runtimes", short_help="List the runtime models (--runtime) and the facts each rests on.",
+             help="List every runtime --runtime models: its versions, what it runs, and each fact with where it was "
+                  "read or measured.")
+def runtimes(output_format: ListFormat = "text", output: ReportFile = None,
+             write_page: Annotated[str | None, typer.Option(
+                 "--write-page", metavar="FILE", help="Write the Markdown page (docs/runtimes.md).")] = None) -> int:
+    given = Given(locals())
+    from .runtimes import runtimes as command
+
+    return command(given)
+
+
+@app.command("eps", short_help="Every eps and floor, with its value where it is used.",
+             help="Every epsilon and floor of the model (a norm's eps, a guard's Max/Clip/Add constant) with its value "
+                  "as written, as the converter leaves it, as stored and in the dtype the runtime computes it in; "
+                  "--diff OLD NEW: what changed between two exports.")
+def eps(models: Annotated[list[str], typer.Argument(metavar="MODEL", help="The model (two with --diff).")],
+        diff: Annotated[bool, typer.Option("--diff", help="Compare two models: OLD NEW.")] = False,
+        dtype: Dtype = None, keep_fp32: KeepFp32 = [], converter: Converter = None, runtime: RuntimeOpt = None,
+        output_format: ListFormat = "text", output: ReportFile = None, no_factories: NoFactories = False) -> int:
+    given = Given(locals())
+    from .eps import eps as command
+
+    return command(given)
+
+
+@app.command("scales", short_help="Check the quantization scales of a checkpoint (.safetensors).",
+             help="Check a checkpoint's quantization scales (a .safetensors file, a folder of shards or an index): "
+                  "NaN, inf, zero and subnormal entries, global scales on the wrong side of their convention, "
+                  "shapes that do not fit their weights, missing scales; reads the headers and the scales only.")
+def scales(checkpoint: Annotated[str | None, typer.Argument(metavar="CHECKPOINT", show_default=False)] = None,
+           output_format: Annotated[str, typer.Option(
+               "--format", "-f", callback=_checked("format", ("text", "json", "sarif")), metavar="text|json|sarif",
+               help="text, json or sarif.")] = "text",
+           output: ReportFile = None,
+           manifest: Annotated[str | None, typer.Option(
+               "--manifest", metavar="FILE", help="Scan every checkpoint listed (one a line); JSON lines out.")] = None,
+           jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, metavar="N",
+                                                    help="--manifest: checkpoints at a time.")] = None,
+           resume: Annotated[bool, typer.Option("--resume", help="--manifest: skip those -o already holds.")] = False,
+           ) -> int:
+    given = Given(locals())
+    from .scales import scales as command
+
+    return command(given)
