@@ -87,7 +87,7 @@ def diff_inventories(old: list[EpsEntry], new: list[EpsEntry]) -> list[dict[str,
     """What changed between two inventories, matched by node name and op: changed values, gone and new entries."""
     before = {(e.node, e.op, e.kind): e for e in old}
     after = {(e.node, e.op, e.kind): e for e in new}
-    changes = []
+    changes: list[dict[str, Any]] = []
     for key in [*before, *(k for k in after if k not in before)]:
         a, b = before.get(key), after.get(key)
         if a is not None and b is not None:
