@@ -38,6 +38,12 @@ class ComputeSpec:
     accumulate: Format | None = None
     fused: bool = False
     flush_subnormals: bool = False
+    # the format the runtime's kernel rounds its float activations into before it computes (its constants too with
+    # reads_weights), and the one it writes its outputs in before they are converted to their held formats: OpenVINO
+    # CPU's bfloat16 FullyConnected (None: inputs read as held, outputs rounded straight into their formats)
+    reads: Format | None = None
+    reads_weights: bool = False
+    writes: Format | None = None
 
 
 def compute_spec(node: Node, resolver: DtypeResolver) -> ComputeSpec:
@@ -45,7 +51,10 @@ def compute_spec(node: Node, resolver: DtypeResolver) -> ComputeSpec:
     already decided where it knows the kernel, and the statistics of a fused norm."""
     dtype = resolver.of_node(node)
     fmt = dtype.fmt if dtype is not None else None
-    return ComputeSpec(fmt, _statistics_format(node, resolver, fmt))
+    if dtype is None:
+        return ComputeSpec(fmt, _statistics_format(node, resolver, fmt))
+    return ComputeSpec(fmt, _statistics_format(node, resolver, fmt), reads=dtype.reads,
+                       reads_weights=dtype.reads_weights, writes=dtype.writes)
 
 
 def _statistics_format(node: Node, resolver: DtypeResolver, fmt: Format | None) -> Format | None:
