@@ -216,3 +216,54 @@ def test_what_each_layer_runs_and_writes_in_is_what_the_model_says(probe, dtype,
         modelled[last.node.name] = (written.name, any(s.spec.reads is not None and s.spec.reads.name == "bf16"
                                                       for s in steps))
     assert measured == modelled
+
+
+def _kernels(kind: str, rng):
+    """Kernels whose outputs a MatMul by the identity reads (it adds no error of its own), or that end the graph."""
+    eye = {"e": np.eye(32)}
+    matmul = h.make_node("MatMul", ["z", "e"], ["y"], name="mm_eye")
+    if kind == "layernorm":
+        return [h.make_node("LayerNormalization", ["x", "g", "beta"], ["z"], name="ln", axis=-1), matmul], \
+            {"g": rng.standard_normal(32), "beta": rng.standard_normal(32), **eye}
+    if kind == "mul-exp":
+        return [h.make_node("Mul", ["x", "c"], ["m"], name="mul"), h.make_node("Exp", ["m"], ["z"], name="exp"),
+                matmul], {"c": 0.37, **eye}
+    bias = [h.make_node("MatMul", ["x", "w"], ["a"], name="mm"), h.make_node("Add", ["a", "b"], ["r"], name="bias")]
+    weights = {"w": rng.standard_normal((32, 32)) / 8, "b": rng.standard_normal(32)}
+    if kind == "bias-relu":
+        return [*bias, h.make_node("Relu", ["r"], ["z"], name="relu"), matmul], {**weights, **eye}
+    if kind == "bias-exp":
+        return [*bias, h.make_node("Exp", ["r"], ["y"], name="exp")], weights
+    return [*bias, h.make_node("Relu", ["r"], ["y"], name="relu")], weights  # "bias-relu-out"
+
+
+@needs_bf16
+@pytest.mark.parametrize("kind, dtype", [(k, d) for k in ("layernorm", "mul-exp", "bias-relu")
+                                         for d in (np.float32, np.float16)]
+                         + [("bias-exp", np.float16), ("bias-relu-out", np.float16)],
+                         ids=lambda v: v if isinstance(v, str) else np.dtype(v).name)
+def test_what_passes_between_kernels_emulates_bit_for_bit(kind, dtype, tmp_path):
+    """Outside the tail: a LayerNorm reads its input rounded to bfloat16, keeps float32 statistics and writes its
+    normalized value in bfloat16 before the scale and shift; a Mul and an Exp fused into one kernel keep what passes
+    between them in float32 and write bfloat16; a MatMul adds its bias and applies the Relu after it to its float32
+    sums and writes bfloat16 before the next MatMul (one Snippets MLP kernel, its bias read in float32) and before an
+    Exp (oneDNN's FullyConnected, its bias read in bfloat16), float32 where the Relu ends the graph (a float16
+    graph's output, rounded once). The emulation gives the plugin's bits; without the runtime it does not. (A float32
+    graph's output written in float32 shows the order of the sums, which the emulation does not follow.)"""
+    rng = np.random.default_rng(4)
+    nodes, inits = _kernels(kind, rng)
+    path = _save(tmp_path / f"{kind}.onnx", nodes, inits, dtype, [8, 32])
+    x = rng.standard_normal((8, 32)).astype(dtype)
+    real, _ = _openvino(path, {"x": x})
+    emulated = _emulated(path, {"x": x}, dtype="fp16" if dtype is np.float16 else "fp32")["y"].astype(dtype)
+    assert emulated.tobytes() == real["y"].tobytes()
+    plain = _emulated(path, {"x": x}, runtime=None, dtype="fp16" if dtype is np.float16 else "fp32")["y"]
+    assert plain.astype(dtype).tobytes() != real["y"].tobytes()
+
+
+def test_float32_subnormals_are_kept_under_the_default_hint(tmp_path):
+    """Add(x, 0) keeps 1e-40, -3e-39 and the smallest subnormal: no flush to zero."""
+    path = _save(tmp_path / "add.onnx", [h.make_node("Add", ["x", "zero"], ["y"], name="add")], {"zero": 0.0},
+                 np.float32, [3])
+    x = np.array([1e-40, -3e-39, 1.4e-45], np.float32)
+    assert _openvino(path, {"x": x})[0]["y"].tobytes() == x.tobytes()

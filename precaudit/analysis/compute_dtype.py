@@ -60,12 +60,13 @@ class ComputeDtype:
     # CPU runs a float16 Add in float32, but its eps was stored in float16: 1e-12 is 0.0 all the same)
     stored: Format | None = None
     fact: Fact | None = None  # the runtime fact the dtype rests on, if a runtime decided it
-    # a node's dtype only: the runtime's kernel reads its float activations rounded into `reads` (its constants too
-    # with reads_weights), and writes its output in `writes` before it is converted to the format the value is held
-    # in (OpenVINO CPU's bfloat16 FullyConnected)
+    # a node's dtype only: the runtime's kernel reads its float activations rounded into `reads` and its constants
+    # into `weights`, and writes its output in `writes` before it is converted to the format the value is held in
+    # (OpenVINO CPU's bfloat16 FullyConnected)
     reads: Format | None = None
-    reads_weights: bool = False
+    weights: Format | None = None
     writes: Format | None = None
+    normalized: Format | None = None  # a norm's normalized value is rounded into this before its scale and bias
 
     def constant(self, value: float, source: str = "initializer") -> float:
         """A constant (stored as `source`, a const_origin) as the converter leaves it, before rounding."""
@@ -318,16 +319,17 @@ class DtypeResolver:
             return ComputeDtype(fmt, f"{runtime.label}: {fused.fact.says}", held.clamp,
                                 stored=held.stored or (held.fmt if fmt is not held.fmt else None), fact=fused.fact)
         kernel = runtime.kernel(node, held.fmt, self.graph)
-        if kernel is None or (kernel.compute is None or kernel.compute == held.fmt.name) and kernel.writes is None \
-                and kernel.reads is None:
+        if kernel is None or (kernel.compute is None or kernel.compute == held.fmt.name) and \
+                kernel.reads is None and kernel.weights is None and kernel.writes is None and kernel.normalized is None:
             return held
         fmt = FORMATS[kernel.compute or held.fmt.name]
         stored = None if kernel.keeps_constants else held.stored or (held.fmt if fmt is not held.fmt else None)
         return ComputeDtype(fmt, f"{runtime.label}: {kernel.fact.says}",
                             None if kernel.keeps_constants else held.clamp, stored=stored, fact=kernel.fact,
                             reads=FORMATS[kernel.reads] if kernel.reads is not None else None,
-                            reads_weights=kernel.reads_weights,
-                            writes=FORMATS[kernel.writes] if kernel.writes is not None else None)
+                            weights=FORMATS[kernel.weights] if kernel.weights is not None else None,
+                            writes=FORMATS[kernel.writes] if kernel.writes is not None else None,
+                            normalized=FORMATS[kernel.normalized] if kernel.normalized is not None else None)
 
     def of_stash(self, node: Node, stash_type: int | None, default_note: str) -> ComputeDtype | None:
         """Compute dtype of a norm op that carries its own statistics dtype (stash_type), unless the runtime's kernel

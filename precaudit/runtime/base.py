@@ -70,13 +70,16 @@ class Kernel:
     # the kernel reads its constants in float32 whatever the graph stores them in (a runtime that converts the graph
     # itself and keeps what it marks in float32: OpenVINO's fp16 compression)
     keeps_constants: bool = False
-    # the format the kernel reads its float activations in, rounded where they are held wider (OpenVINO CPU reorders
-    # a FullyConnected's float32 inputs to bfloat16), and whether its constants (weights) too
+    # the formats the kernel reads its float activations and its float constants (weights, a bias) in, rounded where
+    # they are held wider (OpenVINO CPU reorders a FullyConnected's float32 inputs and weights to bfloat16)
     reads: str | None = None
-    reads_weights: bool = False
+    weights: str | None = None
     # the format the kernel writes its output in before the value is converted to the format it is held in
     # (OpenVINO CPU's bfloat16 FullyConnected writes bfloat16, then converts it to a float16 graph output)
     writes: str | None = None
+    # a normalization that writes its normalized value in this format, then scales and shifts it in a kernel of its
+    # own (OpenVINO CPU: MVN, then a Multiply and an Add)
+    normalized: str | None = None
 
 
 class Runtime:
