@@ -60,13 +60,8 @@ class ComputeDtype:
     # CPU runs a float16 Add in float32, but its eps was stored in float16: 1e-12 is 0.0 all the same)
     stored: Format | None = None
     fact: Fact | None = None  # the runtime fact the dtype rests on, if a runtime decided it
-    # a node's dtype only: the runtime's kernel reads its float activations rounded into `reads` and its constants
-    # into `weights`, and writes its output in `writes` before it is converted to the format the value is held in
-    # (OpenVINO CPU's bfloat16 FullyConnected)
-    reads: Format | None = None
-    weights: Format | None = None
-    writes: Format | None = None
-    normalized: Format | None = None  # a norm's normalized value is rounded into this before its scale and bias
+    # a node's dtype only: the runtime's kernel, where it reads, writes or normalizes in formats of its own
+    kernel: Kernel | None = None
 
     def constant(self, value: float, source: str = "initializer") -> float:
         """A constant (stored as `source`, a const_origin) as the converter leaves it, before rounding."""
@@ -221,8 +216,7 @@ class DtypeResolver:
         key = id(value)
         if key not in self._held:
             fused = self._inside_fused(value)
-            self._held[key] = ("fp32", fused) if fused is not None else \
-                None if value.producer is None else runtime.held_in(value, stored.fmt, self.graph)
+            self._held[key] = ("fp32", fused) if fused is not None else runtime.held_in(value, stored.fmt, self.graph)
         held = self._held[key]
         if held is None or held[0] == stored.fmt.name:
             return stored
@@ -319,17 +313,13 @@ class DtypeResolver:
             return ComputeDtype(fmt, f"{runtime.label}: {fused.fact.says}", held.clamp,
                                 stored=held.stored or (held.fmt if fmt is not held.fmt else None), fact=fused.fact)
         kernel = runtime.kernel(node, held.fmt, self.graph)
-        if kernel is None or (kernel.compute is None or kernel.compute == held.fmt.name) and \
-                kernel.reads is None and kernel.weights is None and kernel.writes is None and kernel.normalized is None:
+        if kernel is None or (kernel.compute is None or kernel.compute == held.fmt.name) and not kernel.converts:
             return held
         fmt = FORMATS[kernel.compute or held.fmt.name]
         stored = None if kernel.keeps_constants else held.stored or (held.fmt if fmt is not held.fmt else None)
         return ComputeDtype(fmt, f"{runtime.label}: {kernel.fact.says}",
                             None if kernel.keeps_constants else held.clamp, stored=stored, fact=kernel.fact,
-                            reads=FORMATS[kernel.reads] if kernel.reads is not None else None,
-                            weights=FORMATS[kernel.weights] if kernel.weights is not None else None,
-                            writes=FORMATS[kernel.writes] if kernel.writes is not None else None,
-                            normalized=FORMATS[kernel.normalized] if kernel.normalized is not None else None)
+                            kernel=kernel if kernel.converts else None)
 
     def of_stash(self, node: Node, stash_type: int | None, default_note: str) -> ComputeDtype | None:
         """Compute dtype of a norm op that carries its own statistics dtype (stash_type), unless the runtime's kernel

@@ -81,6 +81,11 @@ class Kernel:
     # own (OpenVINO CPU: MVN, then a Multiply and an Add)
     normalized: str | None = None
 
+    @property
+    def converts(self) -> bool:
+        """It reads, writes or normalizes in formats of its own (reads, weights, writes, normalized)."""
+        return any((self.reads, self.weights, self.writes, self.normalized))
+
 
 class Runtime:
     """A runtime at one version. Subclasses (one module per runtime) override what their runtime decides."""
@@ -132,8 +137,8 @@ class Runtime:
         return None
 
     def held_in(self, value: Value, stored: Format, graph: Graph) -> tuple[str, Fact] | None:
-        """The format the runtime really holds a value in, made by a node, where it is not `stored` (the format the
-        converted graph stores it in): float32 where widened() says so; a runtime that narrows what it holds too
+        """The format the runtime really holds a value in where it is not `stored` (the format the converted graph
+        stores it in): float32 where widened() says so; a runtime that narrows what it holds too
         (OpenVINO CPU's bfloat16 between kernels) overrides this. None: held as stored."""
         if stored.name not in ("fp16", "bf16"):
             return None

@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 from ..analysis.compute_dtype import DtypeResolver
-from ..dtypes import Format
+from ..dtypes import FORMATS, Format
 from ..ir import Node
 from .kernels import KernelContext
 from .rounding import round_into
@@ -53,10 +53,16 @@ def compute_spec(node: Node, resolver: DtypeResolver) -> ComputeSpec:
     already decided where it knows the kernel, and the statistics of a fused norm."""
     dtype = resolver.of_node(node)
     fmt = dtype.fmt if dtype is not None else None
-    if dtype is None:
+    kernel = dtype.kernel if dtype is not None else None
+    if kernel is None:
         return ComputeSpec(fmt, _statistics_format(node, resolver, fmt))
-    return ComputeSpec(fmt, _statistics_format(node, resolver, fmt), reads=dtype.reads,
-                       weights=dtype.weights, writes=dtype.writes, normalized=dtype.normalized)
+    return ComputeSpec(fmt, _statistics_format(node, resolver, fmt), reads=_named(kernel.reads),
+                       weights=_named(kernel.weights), writes=_named(kernel.writes),
+                       normalized=_named(kernel.normalized))
+
+
+def _named(name: str | None) -> Format | None:
+    return FORMATS[name] if name is not None else None
 
 
 def _statistics_format(node: Node, resolver: DtypeResolver, fmt: Format | None) -> Format | None:
