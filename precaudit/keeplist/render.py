@@ -8,7 +8,7 @@ from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 from ..converters import KeepArgs
-from ..converters import modelopt, onnxconverter_common, onnxruntime, pytorch
+from ..converters import modelopt, onnxconverter_common, onnxruntime, openvino, pytorch
 from ..escape import exact_regex, printable
 from ..ir import Node, duplicate_renames
 
@@ -50,6 +50,7 @@ def keep_args(keep: KeepList) -> KeepArgs:
         nodes = list({id(t): t for t in map(_top, nodes)}.values())
     renames = duplicate_renames(keep.graph)
     return KeepArgs(model=keep.model, dtype=keep.target.name, nodes=[renames.get(id(n), raw_name(n)) for n in nodes],
+                    outputs=[[v.name for v in n.outputs if v is not None and v.name] for n in nodes],
                     op_types=op_types, unnamed=any(is_unnamed(n) for n in nodes), duplicates=bool(renames),
                     large=keep.large,
                     modules=sorted({n.scope or "" for n in nodes}), fx_nodes=[n.name for n in nodes],
@@ -68,6 +69,8 @@ def snippet(keep: KeepList, args: KeepArgs) -> str:
         return modelopt.paste(args)
     if target == "torch-tensorrt":
         return pytorch.paste_torch_tensorrt(args)
+    if target == "openvino":
+        return openvino.paste(args)
     return pytorch.paste_hf(args) + "\n\n" + pytorch.paste_autocast(args)
 
 
@@ -85,6 +88,8 @@ def arguments(keep: KeepList, args: KeepArgs) -> dict[str, Any]:
                 "op_types_to_exclude": args.op_types, "data_max": "inf"}
     if target == "torch-tensorrt":
         return {"nodes_to_exclude": sorted({exact_regex(pytorch.fx_name(n)) for n in args.fx_nodes})}
+    if target == "openvino":  # the layers are found by the tensors each node makes
+        return {"keep": dict(zip(args.nodes, args.outputs)), "compress_to_fp16": True}
     return {"modules": args.modules,
             "_keep_in_fp32_modules": [f"^{re.escape(m)}\\." if m else ".*" for m in args.modules]}
 
@@ -244,7 +249,7 @@ def _snippet_lines(keep: KeepList) -> list[str]:
         measured = (f"; on {printable(check.inputs)} its outputs are "
                     + ("finite" if check.finite else "inf/NaN where float32's are not")
                     + (f", error {check.error:.3g} against float32" if check.finite else ""))
-    lines.append(f"  snippet checked as printed ({printable(check.how)}): onnxruntime loads its model{measured}")
+    lines.append(f"  snippet checked as printed ({printable(check.how)}): {check.loader} loads its model{measured}")
     for finding in check.errors:
         lines.append(f"  the converted model still has an error finding: {printable(finding)}")
     return lines
