@@ -47,13 +47,21 @@ def _run_as_printed(snippet: str, folder: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-I", "snippet.py"], cwd=folder, capture_output=True, text=True, timeout=600)
 
 
+def _printed_ir(snippet: str, folder: Path, name: str) -> list[tuple[str, str, str | None, bool]]:
+    """The IR's layers, the snippet run as printed in a folder of its own."""
+    proc = _run_as_printed(snippet, folder)
+    assert proc.returncode == 0, proc.stderr
+    return _ir_layers(folder / name)
+
+
 def _ir_layers(path: Path) -> list[tuple[str, str, str | None, bool]]:
-    """(type, name, a Const's element type, kept: DisablePrecisionConversion on it) of every layer of the IR."""
+    """(type, name, a Const's element type, kept: DisablePrecisionConversion on it) of every layer of the IR, those
+    of If and Loop bodies too."""
     layers = []
     for layer in ET.parse(path).getroot().iter("layer"):
-        data = layer.find("data")
-        kept = any(a.get("name") == "DisablePrecisionConversion" and a.get("value") == "dynamic:f16"
-                   for a in layer.iter("attribute"))
+        data, info = layer.find("data"), layer.find("rt_info")
+        kept = info is not None and any(a.get("name") == "DisablePrecisionConversion" and a.get("value") == "dynamic:f16"
+                                        for a in info.findall("attribute"))
         layers.append((layer.get("type"), layer.get("name"), data.get("element_type") if data is not None else None,
                        kept))
     return layers
@@ -72,9 +80,7 @@ def test_the_printed_snippet_keeps_exactly_the_listed_layers_and_their_weights_i
     assert (check["ran"], check["loads"], check["problem"], check["loader"]) == (True, True, None, "OpenVINO")
     assert check["how"].startswith("ran with the installed openvino 2026.4.1; the IR keeps the layers of the 3 listed "
                                    "nodes and their 3 float weights in float32, 28 other weights float16 and 1 float32")
-    proc = _run_as_printed(keep["snippet"], tmp_path / "run")
-    assert proc.returncode == 0, proc.stderr
-    layers = _ir_layers(tmp_path / "run" / "hostile.fp16.xml")
+    layers = _printed_ir(keep["snippet"], tmp_path / "run", "hostile.fp16.xml")
     kept = sorted((kind, name if not name.startswith(("MVN_", "Multiply_")) else kind, dtype)
                   for kind, name, dtype, marked in layers if marked)
     assert kept == [("Add", "/layers.1.ffn_norm/LayerNormalization", None), ("Add", "/layers.1/ffn/Add", None),
@@ -92,15 +98,42 @@ def test_the_printed_snippet_keeps_exactly_the_listed_layers_and_their_weights_i
         assert (runs[NODE], runs["/layers.1/ffn/wi/MatMul"]) == ("f32", "bf16")
 
 
+LAYERS = [("Add", "add_eps"), ("Const", "eps"), ("Const", "two"), ("Divide", "div"), ("Power", "pow"),
+          ("ReduceMean", "mean"), ("ReduceMean", "var"), ("Sqrt", "sqrt"), ("Subtract", "sub")]
+
+
 @pytest.mark.parametrize("eps, listed", [(1e-12, []), (1e-3, ["mean", "sub", "pow", "var", "add_eps", "sqrt", "div"])])
 def test_openvino_keeps_a_small_eps_layernorm_itself_and_the_list_only_what_it_does_not(eps, listed, tmp_path):
     """fp16 compression keeps x / sqrt(var + eps) in float32 by itself when eps ≤ 6.1e-5 (MarkDivWithEps): the list
-    is empty, where --for onnxruntime keeps the chain; with eps 1e-3 it squares in float16 and the chain is listed.
-    The snippet runs as printed (exit 0: static, checked)."""
+    is empty, where --for onnxruntime keeps the chain; with eps 1e-3 it squares in float16 and the chain is listed:
+    run as printed, exactly its layers and its two constants are kept (exit 0: static, checked)."""
     path = save(decomposed_layernorm(eps, dtype="fp32")[0], tmp_path / "ln.onnx")
     code, keep = keep_json(tmp_path, path, "--for", "openvino")
     assert (code, [n["name"] for n in keep["nodes"]], keep["snippet_check"]["problem"]) == (0, listed, None)
     assert keep["converter"] == "OpenVINO 2026.4.1's fp16 compression"
+    kept = sorted((kind, name) for kind, name, _, marked in _printed_ir(keep["snippet"], tmp_path / "run", "ln.fp16.xml")
+                  if marked)
+    assert kept == (LAYERS if listed else [])
+
+
+def test_a_kept_if_keeps_its_bodies_and_their_weights(tmp_path):
+    """The overflow is a MatMul inside an If's branch: the list keeps the If (and the Add and LayerNorm after it, the
+    graph's output). Run as printed, the If and every layer of both bodies are kept, the branch's weight too, and the
+    LayerNorm's MVN, Multiply and Add (named after the output, whose Result carries the same tensor name: the layer
+    is found, not the Result) with its scale and bias: no weight is float16. keep-list's own check says so too."""
+    from tests.test_keep_list import _if_model
+
+    code, keep = keep_json(tmp_path, _if_model(tmp_path / "if.onnx"), "--for", "openvino", "--trace")
+    assert (code, [n["name"] for n in keep["nodes"]]) == (SYNTHESIZED, ["if", "residual", "norm"])
+    assert keep["snippet_check"]["problem"] is None
+    layers = _printed_ir(keep["snippet"], tmp_path / "run", "if.fp16.xml")
+    kept = sorted((kind, name if not name.startswith(("MVN_", "Multiply_")) else kind, dtype)
+                  for kind, name, dtype, marked in layers if marked)
+    assert kept == [("Add", "residual", None), ("Add", "y", None), ("Const", "W", "f32"), ("Const", "b", "f32"),
+                    ("Const", "g", "f32"), ("Identity", "e", None), ("If", "if", None), ("MVN", "MVN", None),
+                    ("MatMul", "t", None), ("Multiply", "Multiply", None), ("Parameter", "x_1", "f32"),
+                    ("Parameter", "x_2", "f32"), ("Result", "e/sink_port_0", None), ("Result", "t/sink_port_0", None)]
+    assert not [layer for layer in layers if layer[2] == "f16"]
 
 
 def test_a_node_openvino_makes_no_layer_of_stops_the_snippet(tmp_path):
@@ -127,3 +160,27 @@ def test_an_ir_that_does_not_keep_the_list_is_not_verified(tmp_path):
     check_ir(str(tmp_path / "plain.xml"), {"div": ["n"], "pow": ["d2"]}, check)
     assert (check.loads, check.problem) == (True, "the IR keeps no layer of 'div', 'pow' in float32")
     assert not check.ok
+
+
+@pytest.mark.parametrize("key, round_trip, weight", [("DisablePrecisionConversion", True, "f16"),
+                                                      ("precise_0", False, "f16"), ("precise_0", True, "f32")],
+                         ids=["new-name-as-a-string", "legacy-saved-once", "legacy-read-back"])
+def test_why_the_snippet_saves_the_ir_twice(key, round_trip, weight, tmp_path):
+    """The routes converters/openvino.py measured, measured again: the new attribute's name set from Python is a
+    plain string the IR never carries; the legacy precise_0 reaches the IR as DisablePrecisionConversion, but a
+    weight marked so and saved once with compress_to_fp16 is compressed all the same; read back and saved again, it
+    stays float32."""
+    path = save(decomposed_layernorm(1e-3, dtype="fp32")[0], tmp_path / "ln.onnx")
+    core = ov.Core()
+    model = core.read_model(str(path))
+    for op in model.get_ordered_ops():
+        if op.get_friendly_name() in ("pow", "two"):  # the Pow and its exponent (2.0: compressed unless marked)
+            op.get_rt_info()[key] = "dynamic:f16" if key != "precise_0" else ""
+    if round_trip:
+        ov.save_model(model, str(tmp_path / "marked.xml"), compress_to_fp16=False)
+        model = core.read_model(str(tmp_path / "marked.xml"))
+    ov.save_model(model, str(tmp_path / "out.xml"), compress_to_fp16=True)
+    layers = {(kind, name): (dtype, kept) for kind, name, dtype, kept in _ir_layers(tmp_path / "out.xml")}
+    marked = key == "precise_0"
+    assert layers[("Power", "pow")] == (None, marked)
+    assert layers[("Const", "two" if weight == "f32" else "two_compressed")] == (weight, marked)

@@ -18,7 +18,9 @@ printed snippet again):
   second `save_model(compress_to_fp16=True)` keeps a marked Const float32. So the snippet marks, saves the IR
   uncompressed, reads it back, checks every mark held, and saves it compressed.
 - CompressFloatConstants: 1e5 and -1e9 become ±65504, 1e-12 becomes 0, 3e-8 the subnormal 5.96e-8; a constant with 9
-  of its 12 values beyond float16 stays float32 (8 of 12: compressed).
+  of its 12 values beyond float16 stays float32 (8 of 12: compressed); a scalar float16 cannot hold (0.1, 0.1768,
+  2.1) stays float32 in the IR, 0.5 and 2.0 and vectors are compressed. (The GPU plugin converts what the IR keeps
+  float32 again unless it is marked: the converter model rounds every unmarked constant.)
 - On the CPU plugin a layer so marked runs float32 under the bfloat16 hint (runtimePrecision f32).
 - `core.read_model(onnx)` makes each ONNX node one layer named after it, or a few (Gemm: MatMul and Add; a
   LayerNormalization: MVN, Multiply, Add) whose last one carries the node's output tensor names; the layer that
@@ -75,15 +77,23 @@ def paste(args: KeepArgs) -> str:
              "",
              "",
              "def all_ops(model):",
-             "    for op in model.get_ordered_ops():  # and those in If/Loop bodies",
+             "    for op in model.get_ordered_ops():",
              "        yield op",
-             "        for i in range(op.get_internal_subgraphs_size() if hasattr(op, 'get_internal_subgraphs_size') else 0):",
-             "            yield from all_ops(op.get_function(i))",
+             "        yield from body_ops(op)",
+             "",
+             "",
+             "def body_ops(op):  # an If's two bodies, a Loop's (a Scan is a TensorIterator)",
+             "    kind = op.get_type_name()",
+             "    bodies = [op.get_then_body(), op.get_else_body()] if kind == 'If' else \\",
+             "        [op.get_function()] if kind in ('Loop', 'TensorIterator') else []",
+             "    for body in bodies:",
+             "        yield from all_ops(body)",
              "",
              "",
              "core = ov.Core()",
              f"model = core.read_model({args.model!r})",
-             "makers = {name: op for op in all_ops(model) for out in op.outputs() for name in out.get_names()}",
+             "makers = {name: op for op in all_ops(model) if op.get_type_name() != 'Result'",
+             "          for out in op.outputs() for name in out.get_names()}",
              "missing = [node for node, tensors in KEEP.items() if not any(t in makers for t in tensors)]",
              "if missing:",
              "    raise SystemExit(f'OpenVINO made no layer of {missing}: the list cannot be applied to this model')",
@@ -94,6 +104,7 @@ def paste(args: KeepArgs) -> str:
              "    if op.get_name() in keep or not any(out.get_element_type().is_real() for out in op.outputs()):",
              "        continue",
              "    keep[op.get_name()] = op",
+             "    todo += body_ops(op)  # an If or a Loop kept whole: its bodies too",
              "    for source in (i.get_source_output() for i in op.inputs()):",
              "        maker = source.get_node()",
              "        if maker.get_type_name() == 'Constant' or not source.get_names() and maker.get_type_name() != 'Parameter':",

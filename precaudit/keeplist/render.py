@@ -182,19 +182,8 @@ def render_text(keep: KeepList) -> str:
                      f"'{printable(finding.node_name)}' (precaudit explain {finding.rule_id})")
     if _control_flow(keep):
         lines.append(f"  warning: {keep.converter.control_flow}; modelopt AutoCast keeps a blocked If/Loop whole")
-    if args.unnamed and keep.target_for == "olive":
-        lines.append("  some listed nodes have no name in the file: they are listed as op type _ first output; "
-                     "name them so first (keep-list --for onnxruntime prints the loop), or Olive's node lists "
-                     "cannot reach them")
-    elif args.unnamed:
-        lines.append("  some listed nodes have no name in the file: they are listed as op type _ first output, "
-                     "and the code below names them so first")
-    if args.duplicates:
-        lines.append("  the model gives two nodes of one graph the same name, which onnxruntime refuses to load: the "
-                     "code below renames each repeat name~1, name~2 ... first, and the list names them so"
-                     + ("; Olive's node lists cannot (keep-list --for onnxruntime prints the loop)"
-                        if keep.target_for == "olive" else ""))
-    if args.large:
+    lines += _naming_lines(keep, args)
+    if args.large and keep.target_for != "openvino":  # (an IR's .bin has no such limit)
         lines.append("  the model is over 2 GB with its weights: the code below keeps them in external data")
     # names reach the code as Python/JSON literals or regexes, which escape what cannot print; a name in a shell
     # line could still hold a control character: printed escaped, line by line
@@ -202,6 +191,25 @@ def render_text(keep: KeepList) -> str:
         return "\n".join(lines) + "\n"
     lines += ["", *map(printable, snippet(keep, args).split("\n"))]
     return "\n".join(lines) + "\n"
+
+
+def _naming_lines(keep: KeepList, args: KeepArgs) -> list[str]:
+    """What the list does about nodes the file gives no name, or one name twice."""
+    lines = []
+    if args.unnamed and keep.target_for == "olive":
+        lines.append("  some listed nodes have no name in the file: they are listed as op type _ first output; "
+                     "name them so first (keep-list --for onnxruntime prints the loop), or Olive's node lists "
+                     "cannot reach them")
+    elif args.unnamed:
+        lines.append("  some listed nodes have no name in the file: they are listed as op type _ first output, "
+                     + ("and the code below finds them by the tensors they make" if keep.target_for == "openvino"
+                        else "and the code below names them so first"))
+    if args.duplicates and keep.target_for != "openvino":  # (OpenVINO's snippet finds nodes by their tensors)
+        lines.append("  the model gives two nodes of one graph the same name, which onnxruntime refuses to load: the "
+                     "code below renames each repeat name~1, name~2 ... first, and the list names them so"
+                     + ("; Olive's node lists cannot (keep-list --for onnxruntime prints the loop)"
+                        if keep.target_for == "olive" else ""))
+    return lines
 
 
 def _policy_lines(keep: KeepList, listed: dict[int, str]) -> list[str]:

@@ -23,11 +23,14 @@ _READER = """
 import json, sys
 import openvino as ov
 
-def all_ops(model):
+def all_ops(model, parent=None):
     for op in model.get_ordered_ops():
-        yield op
-        for i in range(op.get_internal_subgraphs_size() if hasattr(op, 'get_internal_subgraphs_size') else 0):
-            yield from all_ops(op.get_function(i))
+        yield op, parent
+        kind = op.get_type_name()
+        bodies = [op.get_then_body(), op.get_else_body()] if kind == "If" else \
+            [op.get_function()] if kind in ("Loop", "TensorIterator") else []
+        for body in bodies:
+            yield from all_ops(body, op.get_name())
 
 core = ov.Core()
 try:
@@ -36,9 +39,9 @@ except Exception as exc:
     sys.stderr.write(" ".join(str(exc).split()) or type(exc).__name__)
     sys.exit(3)
 layers = []
-for op in all_ops(model):
+for op, parent in all_ops(model):
     outs = op.outputs()
-    layers.append({"id": op.get_name(), "type": op.get_type_name(),
+    layers.append({"id": op.get_name(), "type": op.get_type_name(), "parent": parent,
                    "names": sorted({n for o in outs for n in o.get_names()}),
                    "types": [o.get_element_type().get_type_name() for o in outs],
                    "kept": "DisablePrecisionConversion_0" in op.get_rt_info(),
@@ -82,9 +85,9 @@ def _judge(layers: list[dict], keep: dict[str, list[str]], check: SnippetCheck) 
     marked: set[str] = set()
     strays, weights, compressed = [], set(), []
     for layer in layers:
-        if not layer["kept"] or layer["type"] == "Constant":
+        if not layer["kept"] or layer["type"] in ("Constant", "Parameter", "Result"):  # (layers that compute)
             continue
-        nodes = {owner[n] for n in _named_below(layer, by_id) if n in owner}
+        nodes = _nodes_of(layer, by_id, owner)
         if not nodes:
             strays.append(layer["id"])
         marked |= nodes
@@ -108,8 +111,19 @@ def _judge(layers: list[dict], keep: dict[str, list[str]], check: SnippetCheck) 
     return (f"the IR keeps the layers of the {len(marked)} listed node{'s' * (len(marked) != 1)} and their "
                  f"{len(weights)} float weight{'s' * (len(weights) != 1)} in float32, {len(floats) - others} other "
                  f"weight{'s' * (len(floats) - others != 1)} float16"
-                 + (f" and {others} float32 as OpenVINO keeps them itself" if others else "")
+                 + (f" and {others} float32 as OpenVINO keeps them itself (its own marks, a scalar float16 cannot "
+                    "hold, a constant mostly beyond float16)" if others else "")
                  + "; no GPU here: what it computes in float16 is emulated only")
+
+
+def _nodes_of(layer: dict, by_id: dict[str, dict], owner: dict[str, str]) -> set[str]:
+    """The listed nodes a layer is made of: by its tensors, else (a layer in an If or Loop body) the control-flow
+    layer's."""
+    while True:
+        nodes = {owner[n] for n in _named_below(layer, by_id) if n in owner}
+        if nodes or layer["parent"] is None:
+            return nodes
+        layer = by_id[layer["parent"]]
 
 
 def _named_below(layer: dict, by_id: dict[str, dict]) -> list[str]:
