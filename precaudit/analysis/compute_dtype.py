@@ -60,6 +60,8 @@ class ComputeDtype:
     # CPU runs a float16 Add in float32, but its eps was stored in float16: 1e-12 is 0.0 all the same)
     stored: Format | None = None
     fact: Fact | None = None  # the runtime fact the dtype rests on, if a runtime decided it
+    # a node's dtype only: the runtime's kernel, where it reads, writes or normalizes in formats of its own
+    kernel: Kernel | None = None
 
     def constant(self, value: float, source: str = "initializer") -> float:
         """A constant (stored as `source`, a const_origin) as the converter leaves it, before rounding."""
@@ -116,7 +118,7 @@ class DtypeResolver:
         # target is not the --dtype asked for (a runtime that runs float32 graphs in float16)
         self.runtime = runtime
         self.retarget = retarget
-        self._widened: dict[int, Fact | None] = {}
+        self._held: dict[int, tuple[str, Fact] | None] = {}
         self._fused: dict[int, Kernel] | None = None
         # the converter keeps the graph's float inputs and outputs float32 (keep_io_types=True): an input only kept
         # nodes read reaches them unrounded (a keep-list under test sets it)
@@ -205,18 +207,21 @@ class DtypeResolver:
 
     def of_value(self, value: Value) -> ComputeDtype | None:
         """The dtype a float value is held in during the audited run; None for non-float values. A runtime may hold
-        in float32 what the converted graph stores narrow (onnxruntime CPU between its cast-wrapped kernels)."""
+        in float32 what the converted graph stores narrow (onnxruntime CPU between its cast-wrapped kernels), or
+        narrower than it is stored (OpenVINO CPU holds what passes between its kernels in bfloat16)."""
         stored = self._stored(value)
         runtime = self.runtime
-        if runtime is None or stored is None or not self._ready or stored.fmt.name not in ("fp16", "bf16"):
+        if runtime is None or stored is None or not self._ready or stored.fmt.name == "fp64":
             return stored
         key = id(value)
-        if key not in self._widened:
-            self._widened[key] = self._inside_fused(value) or runtime.widened(value, self.graph)
-        fact = self._widened[key]
-        if fact is None:
+        if key not in self._held:
+            fused = self._inside_fused(value)
+            self._held[key] = ("fp32", fused) if fused is not None else runtime.held_in(value, stored.fmt, self.graph)
+        held = self._held[key]
+        if held is None or held[0] == stored.fmt.name:
             return stored
-        return ComputeDtype(FORMATS["fp32"], f"{runtime.label}: {fact.says}", stored.clamp, stored=stored.fmt, fact=fact)
+        fmt, fact = FORMATS[held[0]], held[1]
+        return ComputeDtype(fmt, f"{runtime.label}: {fact.says}", stored.clamp, stored=stored.fmt, fact=fact)
 
     def _inside_fused(self, value: Value) -> Fact | None:
         """A value made and read only inside one fused chain never leaves the kernel: it is never rounded."""
@@ -308,11 +313,13 @@ class DtypeResolver:
             return ComputeDtype(fmt, f"{runtime.label}: {fused.fact.says}", held.clamp,
                                 stored=held.stored or (held.fmt if fmt is not held.fmt else None), fact=fused.fact)
         kernel = runtime.kernel(node, held.fmt, self.graph)
-        if kernel is None or kernel.compute is None or kernel.compute == held.fmt.name:
+        if kernel is None or (kernel.compute is None or kernel.compute == held.fmt.name) and not kernel.converts:
             return held
-        stored = None if kernel.keeps_constants else held.stored or held.fmt
-        return ComputeDtype(FORMATS[kernel.compute], f"{runtime.label}: {kernel.fact.says}",
-                            None if kernel.keeps_constants else held.clamp, stored=stored, fact=kernel.fact)
+        fmt = FORMATS[kernel.compute or held.fmt.name]
+        stored = None if kernel.keeps_constants else held.stored or (held.fmt if fmt is not held.fmt else None)
+        return ComputeDtype(fmt, f"{runtime.label}: {kernel.fact.says}",
+                            None if kernel.keeps_constants else held.clamp, stored=stored, fact=kernel.fact,
+                            kernel=kernel if kernel.converts else None)
 
     def of_stash(self, node: Node, stash_type: int | None, default_note: str) -> ComputeDtype | None:
         """Compute dtype of a norm op that carries its own statistics dtype (stash_type), unless the runtime's kernel

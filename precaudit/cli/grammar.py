@@ -198,7 +198,7 @@ def keep_list(
     model: Annotated[str, typer.Argument(metavar="MODEL", help="An ONNX file, or a PyTorch model.")],
     target_for: Annotated[str | None, typer.Option(
         "--for", metavar="CONVERTER", autocompletion=_among(_for_targets),
-        help="onnxconverter-common, onnxruntime, olive, modelopt (ONNX models); pytorch, torch-tensorrt (PyTorch "
+        help="onnxconverter-common, onnxruntime, olive, modelopt, openvino (ONNX models); pytorch, torch-tensorrt (PyTorch "
              "models).")] = None,
     dtype: Dtype = None, keep_fp32: KeepFp32 = [], runtime: RuntimeOpt = None, rules: Rules = [],
     select: Select = [], ignore: Ignore = [], extend_select: ExtendSelect = [], extend_ignore: ExtendIgnore = [],

@@ -148,6 +148,7 @@ class KeepArgs:
     model: str  # the path as given
     dtype: str = "fp16"
     nodes: list[str] = field(default_factory=list)  # node names as the file spells them (unnamed: as named first)
+    outputs: list[list[str]] = field(default_factory=list)  # per node, the tensors it makes (OpenVINO finds it so)
     op_types: list[str] = field(default_factory=list)  # op types kept whole (the user's --keep-fp32 op types)
     unnamed: bool = False  # some listed nodes have no name in the file: name them first
     duplicates: bool = False  # some graph has two nodes of one name (onnxruntime refuses it): rename repeats first

@@ -34,9 +34,11 @@ if TYPE_CHECKING:
 
 __all__ = ["FOR_TARGETS", "POLICIES", "Entry", "KeepList", "Policy", "build_keep_list", "static_findings"]
 
-# What --for accepts: the ONNX converters (each with its converter model) and the PyTorch ways to keep modules.
-FOR_TARGETS = ("onnxconverter-common", "onnxruntime", "olive", "modelopt", "pytorch", "torch-tensorrt")
+# What --for accepts: the ONNX converters (each with its converter model), OpenVINO (its own fp16 compression, which a
+# snippet marks the nodes for), and the PyTorch ways to keep modules.
+FOR_TARGETS = ("onnxconverter-common", "onnxruntime", "olive", "modelopt", "openvino", "pytorch", "torch-tensorrt")
 _PYTORCH_TARGETS = ("pytorch", "torch-tensorrt")
+_ONNX_TARGETS = tuple(t for t in FOR_TARGETS if t not in _PYTORCH_TARGETS)
 _TWO_GB = 2 ** 31 - 1  # protobuf's limit on one serialized message
 
 
@@ -210,6 +212,10 @@ class KeepList:
 def converter_for(target_for: str) -> Converter:
     """The converter model a --for target is verified with (PyTorch targets: model.to(dtype), no converter)."""
     check_choice(target_for, FOR_TARGETS, "--for")
+    if target_for == "openvino":  # no --converter: OpenVINO converts the model itself, as it reads it
+        from ..converters.openvino import CONVERTER
+
+        return CONVERTER
     return PLAIN if target_for in _PYTORCH_TARGETS else converter_named(target_for)
 
 
@@ -228,7 +234,7 @@ def build_keep_list(audit: Audit, path: str, target_for: str, tolerance: float =
     torch_model = not path.lower().endswith(".onnx") and is_torch_input(path)
     if torch_model != (target_for in _PYTORCH_TARGETS):
         kind = "a PyTorch model" if torch_model else "an ONNX model"
-        choices = _PYTORCH_TARGETS if torch_model else FOR_TARGETS[:4]
+        choices = _PYTORCH_TARGETS if torch_model else _ONNX_TARGETS
         raise InputError(path, f"--for {target_for} does not apply to {kind}; choose {' or '.join(choices)}")
     if torch_model and trace is not None:
         # the emulator runs ONNX: a PyTorch model is verified on its export, whose nodes carry the module paths

@@ -8,7 +8,7 @@ from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 from ..converters import KeepArgs
-from ..converters import modelopt, onnxconverter_common, onnxruntime, pytorch
+from ..converters import modelopt, onnxconverter_common, onnxruntime, openvino, pytorch
 from ..escape import exact_regex, printable
 from ..ir import Node, duplicate_renames
 
@@ -49,7 +49,9 @@ def keep_args(keep: KeepList) -> KeepArgs:
     if keep.target_for == "modelopt":  # AutoCast classifies top-level nodes only: a body goes with its If/Loop
         nodes = list({id(t): t for t in map(_top, nodes)}.values())
     renames = duplicate_renames(keep.graph)
-    return KeepArgs(model=keep.model, in_memory=keep.in_memory, dtype=keep.target.name, nodes=[renames.get(id(n), raw_name(n)) for n in nodes],
+    return KeepArgs(model=keep.model, in_memory=keep.in_memory, dtype=keep.target.name,
+                    nodes=[renames.get(id(n), raw_name(n)) for n in nodes],
+                    outputs=[[v.name for v in n.outputs if v is not None and v.name] for n in nodes],
                     op_types=op_types, unnamed=any(is_unnamed(n) for n in nodes), duplicates=bool(renames),
                     large=keep.large,
                     modules=sorted({n.scope or "" for n in nodes}), fx_nodes=[n.name for n in nodes],
@@ -68,6 +70,8 @@ def snippet(keep: KeepList, args: KeepArgs) -> str:
         return modelopt.paste(args)
     if target == "torch-tensorrt":
         return pytorch.paste_torch_tensorrt(args)
+    if target == "openvino":
+        return openvino.paste(args)
     return pytorch.paste_hf(args) + "\n\n" + pytorch.paste_autocast(args)
 
 
@@ -85,6 +89,8 @@ def arguments(keep: KeepList, args: KeepArgs) -> dict[str, Any]:
                 "op_types_to_exclude": args.op_types, "data_max": "inf"}
     if target == "torch-tensorrt":
         return {"nodes_to_exclude": sorted({exact_regex(pytorch.fx_name(n)) for n in args.fx_nodes})}
+    if target == "openvino":  # the layers are found by the tensors each node makes
+        return {"keep": dict(zip(args.nodes, args.outputs)), "compress_to_fp16": True}
     return {"modules": args.modules,
             "_keep_in_fp32_modules": [f"^{re.escape(m)}\\." if m else ".*" for m in args.modules]}
 
@@ -177,19 +183,8 @@ def render_text(keep: KeepList) -> str:
                      f"'{printable(finding.node_name)}' (precaudit explain {finding.rule_id})")
     if _control_flow(keep):
         lines.append(f"  warning: {keep.converter.control_flow}; modelopt AutoCast keeps a blocked If/Loop whole")
-    if args.unnamed and keep.target_for == "olive":
-        lines.append("  some listed nodes have no name in the file: they are listed as op type _ first output; "
-                     "name them so first (keep-list --for onnxruntime prints the loop), or Olive's node lists "
-                     "cannot reach them")
-    elif args.unnamed:
-        lines.append("  some listed nodes have no name in the file: they are listed as op type _ first output, "
-                     "and the code below names them so first")
-    if args.duplicates:
-        lines.append("  the model gives two nodes of one graph the same name, which onnxruntime refuses to load: the "
-                     "code below renames each repeat name~1, name~2 ... first, and the list names them so"
-                     + ("; Olive's node lists cannot (keep-list --for onnxruntime prints the loop)"
-                        if keep.target_for == "olive" else ""))
-    if args.large:
+    lines += _naming_lines(keep, args)
+    if args.large and keep.target_for != "openvino":  # (an IR's .bin has no such limit)
         lines.append("  the model is over 2 GB with its weights: the code below keeps them in external data")
     # names reach the code as Python/JSON literals or regexes, which escape what cannot print; a name in a shell
     # line could still hold a control character: printed escaped, line by line
@@ -197,6 +192,25 @@ def render_text(keep: KeepList) -> str:
         return "\n".join(lines) + "\n"
     lines += ["", *map(printable, snippet(keep, args).split("\n"))]
     return "\n".join(lines) + "\n"
+
+
+def _naming_lines(keep: KeepList, args: KeepArgs) -> list[str]:
+    """What the list does about nodes the file gives no name, or one name twice."""
+    lines = []
+    if args.unnamed and keep.target_for == "olive":
+        lines.append("  some listed nodes have no name in the file: they are listed as op type _ first output; "
+                     "name them so first (keep-list --for onnxruntime prints the loop), or Olive's node lists "
+                     "cannot reach them")
+    elif args.unnamed:
+        lines.append("  some listed nodes have no name in the file: they are listed as op type _ first output, "
+                     + ("and the code below finds them by the tensors they make" if keep.target_for == "openvino"
+                        else "and the code below names them so first"))
+    if args.duplicates and keep.target_for != "openvino":  # (OpenVINO's snippet finds nodes by their tensors)
+        lines.append("  the model gives two nodes of one graph the same name, which onnxruntime refuses to load: the "
+                     "code below renames each repeat name~1, name~2 ... first, and the list names them so"
+                     + ("; Olive's node lists cannot (keep-list --for onnxruntime prints the loop)"
+                        if keep.target_for == "olive" else ""))
+    return lines
 
 
 def _policy_lines(keep: KeepList, listed: dict[int, str]) -> list[str]:
@@ -244,7 +258,7 @@ def _snippet_lines(keep: KeepList) -> list[str]:
         measured = (f"; on {printable(check.inputs)} its outputs are "
                     + ("finite" if check.finite else "inf/NaN where float32's are not")
                     + (f", error {check.error:.3g} against float32" if check.finite else ""))
-    lines.append(f"  snippet checked as printed ({printable(check.how)}): onnxruntime loads its model{measured}")
+    lines.append(f"  snippet checked as printed ({printable(check.how)}): {check.loader} loads its model{measured}")
     for finding in check.errors:
         lines.append(f"  the converted model still has an error finding: {printable(finding)}")
     return lines

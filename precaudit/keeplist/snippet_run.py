@@ -28,7 +28,8 @@ from ..converters import KeepArgs
 __all__ = ["SnippetCheck", "check_snippet", "RUNNABLE"]
 
 # --for → the module the snippet imports: its converter is installed when this is found
-RUNNABLE = {"onnxruntime": "onnxruntime.transformers.onnx_model", "onnxconverter-common": "onnxconverter_common"}
+RUNNABLE = {"onnxruntime": "onnxruntime.transformers.onnx_model", "onnxconverter-common": "onnxconverter_common",
+            "openvino": "openvino"}
 _TIMEOUT = 1800  # seconds: the converters run shape inference, which takes minutes on the largest models
 
 
@@ -45,6 +46,7 @@ class SnippetCheck:
     error: float | None = None  # largest output error over the output's largest |value|, on the inputs
     inputs: str = ""
     crashed: int | None = None  # the signal that ended onnxruntime loading or running the converted model
+    loader: str = "onnxruntime"  # what loads the converted model (OpenVINO reads the IR its snippet writes)
 
     @property
     def ok(self) -> bool:
@@ -76,7 +78,7 @@ def check_snippet(target_for: str, args: KeepArgs, render, target, rules, batche
         return SnippetCheck(False, f"not run: {module.split('.')[0]} is not installed, so the snippet was checked "
                                    "against precaudit's model of the converter only")
     with tempfile.TemporaryDirectory(prefix="precaudit-snippet-") as folder:
-        out = os.path.join(folder, "converted.onnx")
+        out = os.path.join(folder, "converted.xml" if target_for == "openvino" else "converted.onnx")
         script = os.path.join(folder, "snippet.py")
         with open(script, "w", encoding="utf-8") as fh:
             fh.write(render(dataclasses.replace(args, out_path=out, in_memory=False)) + "\n")  # (reads the file)
@@ -89,6 +91,14 @@ def check_snippet(target_for: str, args: KeepArgs, render, target, rules, batche
             return check
         if proc.returncode != 0 or not os.path.exists(out):
             check.problem = "the snippet failed: " + _last_line(proc.stderr)
+            return check
+        if target_for == "openvino":  # an IR, read and checked by OpenVINO itself
+            from .snippet_openvino import check_ir
+
+            check.loader = "OpenVINO"
+            check_ir(out, dict(zip(args.nodes, args.outputs)), check)
+            if check.problem is not None:
+                check.problem = check.problem.replace(out, "the IR").replace(folder, "a scratch folder")
             return check
         reference = _reference(reference_model, batches or [], check)
         outputs = _run_converted(out, folder, batches or [], list(reference[0]) if reference else [], check)

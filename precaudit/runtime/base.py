@@ -70,6 +70,21 @@ class Kernel:
     # the kernel reads its constants in float32 whatever the graph stores them in (a runtime that converts the graph
     # itself and keeps what it marks in float32: OpenVINO's fp16 compression)
     keeps_constants: bool = False
+    # the formats the kernel reads its float activations and its float constants (weights, a bias) in, rounded where
+    # they are held wider (OpenVINO CPU reorders a FullyConnected's float32 inputs and weights to bfloat16)
+    reads: str | None = None
+    weights: str | None = None
+    # the format the kernel writes its output in before the value is converted to the format it is held in
+    # (OpenVINO CPU's bfloat16 FullyConnected writes bfloat16, then converts it to a float16 graph output)
+    writes: str | None = None
+    # a normalization that writes its normalized value in this format, then scales and shifts it in a kernel of its
+    # own (OpenVINO CPU: MVN, then a Multiply and an Add)
+    normalized: str | None = None
+
+    @property
+    def converts(self) -> bool:
+        """It reads, writes or normalizes in formats of its own (reads, weights, writes, normalized)."""
+        return any((self.reads, self.weights, self.writes, self.normalized))
 
 
 class Runtime:
@@ -120,3 +135,12 @@ class Runtime:
         """Whether a value the graph stores narrow is never rounded to it at this runtime (onnxruntime CPU keeps
         what passes between two of its cast-wrapped kernels in float32); None: it is rounded as stored."""
         return None
+
+    def held_in(self, value: Value, stored: Format, graph: Graph) -> tuple[str, Fact] | None:
+        """The format the runtime really holds a value in where it is not `stored` (the format the converted graph
+        stores it in): float32 where widened() says so; a runtime that narrows what it holds too
+        (OpenVINO CPU's bfloat16 between kernels) overrides this. None: held as stored."""
+        if stored.name not in ("fp16", "bf16"):
+            return None
+        fact = self.widened(value, graph)
+        return None if fact is None else ("fp32", fact)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..dtypes import Format
     from ..ir import Graph, Node
 
-__all__ = ["OpenVinoGpu"]
+__all__ = ["OpenVinoGpu", "kept_in_f32"]
 
 _STOP = {"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum"}
 _THROUGH = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Exp", "Log", "Erf", "Tanh",
@@ -59,13 +59,14 @@ class OpenVinoGpu(Runtime):
     def kernel(self, node: Node, held: Format, graph: Graph) -> Kernel | None:
         marked = self._marked.get(id(graph))
         if marked is None:
-            marked = self._marked[id(graph)] = _keep_in_f32(graph)
+            marked = self._marked[id(graph)] = kept_in_f32(graph)
         if id(node) in marked:
             return Kernel(KEPT_F32, compute="fp32", statistics="fp32", keeps_constants=True)
         return None
 
 
-def _keep_in_f32(graph: Graph) -> set[int]:
+def kept_in_f32(graph: Graph) -> set[int]:
+    """id() of every node fp16 compression keeps in float32: the marked roots and what the marks spread to."""
     roots = [n for n in graph.nodes if _div_with_eps(n) or _exp_into_reduce(n) or _angle(n)]
     marked: set[int] = set()
     todo = list(roots)

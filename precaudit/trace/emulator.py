@@ -173,7 +173,13 @@ class Emulator:
 
     def _run_step(self, step: Step, emu: dict, ref: dict) -> None:
         emu_args = [self._arg(v, emu, w) for v, w in zip(step.inputs, step.const_reads)]
+        spec = step.spec
+        if spec.reads is not None or spec.weights is not None:  # the runtime's kernel reads them rounded
+            emu_args = [a if a is None or v is None else round_into(a, spec.weights if v.is_const else spec.reads)
+                        for v, a in zip(step.inputs, emu_args)]
         emu_outs = self._call(step, emu_args, step.emu_ctx)
+        if spec.writes is not None:  # written in its own format, then converted to the held one
+            emu_outs = [round_into(a, spec.writes) if fmt is not None else a for a, fmt in zip(emu_outs, step.rounds)]
         emu_outs = [a if fmt is None else round_into(a, fmt) for a, fmt in zip(emu_outs, step.rounds)]
         if self.reference:
             ref_args = [self._arg(v, ref, 1) for v in step.inputs]

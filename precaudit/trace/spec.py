@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from ..analysis.compute_dtype import DtypeResolver
-from ..dtypes import Format
+from ..dtypes import FORMATS, Format
 from ..ir import Node
 from .kernels import KernelContext
 from .rounding import round_into
@@ -38,6 +39,13 @@ class ComputeSpec:
     accumulate: Format | None = None
     fused: bool = False
     flush_subnormals: bool = False
+    # the formats the runtime's kernel rounds its float activations and its float constants into before it computes,
+    # and the one it writes its outputs in before they are converted to their held formats: OpenVINO CPU's bfloat16
+    # FullyConnected (None: inputs read as held, outputs rounded straight into their formats)
+    reads: Format | None = None
+    weights: Format | None = None
+    writes: Format | None = None
+    normalized: Format | None = None  # a LayerNormalization's normalized value, before its scale and bias
 
 
 def compute_spec(node: Node, resolver: DtypeResolver) -> ComputeSpec:
@@ -45,7 +53,16 @@ def compute_spec(node: Node, resolver: DtypeResolver) -> ComputeSpec:
     already decided where it knows the kernel, and the statistics of a fused norm."""
     dtype = resolver.of_node(node)
     fmt = dtype.fmt if dtype is not None else None
-    return ComputeSpec(fmt, _statistics_format(node, resolver, fmt))
+    kernel = dtype.kernel if dtype is not None else None
+    if kernel is None:
+        return ComputeSpec(fmt, _statistics_format(node, resolver, fmt))
+    return ComputeSpec(fmt, _statistics_format(node, resolver, fmt), reads=_named(kernel.reads),
+                       weights=_named(kernel.weights), writes=_named(kernel.writes),
+                       normalized=_named(kernel.normalized))
+
+
+def _named(name: str | None) -> Format | None:
+    return FORMATS[name] if name is not None else None
 
 
 def _statistics_format(node: Node, resolver: DtypeResolver, fmt: Format | None) -> Format | None:
@@ -70,11 +87,19 @@ def kernel_context(spec: ComputeSpec) -> KernelContext:
     """The numpy kernels' context that computes a node as its spec says."""
     if spec.fused or spec.flush_subnormals:
         raise NotImplementedError("fused kernels and flushed subnormals have no emulation yet")
-    accumulate = spec.accumulate
-    if accumulate is None:
+    accumulate, normalized = spec.accumulate, spec.normalized
+    if accumulate is None and normalized is None:
         return _FLOAT32
+    context = KernelContext(np.float32)
+    if accumulate is not None:
+        context.round_stat = _rounding(accumulate)
+    if normalized is not None:
+        context.round_normalized = _rounding(normalized)
+    return context
 
-    def round_stat(a: np.ndarray, f: Format = accumulate) -> np.ndarray:
-        return round_into(np.asarray(a), f)
 
-    return KernelContext(np.float32, round_stat=round_stat)
+def _rounding(fmt: Format) -> Callable[[np.ndarray], np.ndarray]:
+    def round_to(a: np.ndarray) -> np.ndarray:
+        return round_into(np.asarray(a), fmt)
+
+    return round_to
