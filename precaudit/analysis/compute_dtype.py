@@ -31,7 +31,7 @@ from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
 from ..converters import Clamp, Converter, converter_named
-from ..dtypes import FORMATS, Format, format_of_onnx_type, round_to_format
+from ..dtypes import COMPUTED, FORMATS, Format, format_of_onnx_type, round_to_format
 from ..errors import InputError
 from ..ir import Graph, Node, Value, implicit_inputs
 from .constants import is_constant
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ComputeDtype", "DtypeResolver"]
 
-_FLOAT_NAMES = {"fp16", "bf16", "fp32", "fp64", "fp8-e4m3", "fp8-e5m2"}
+_FLOAT_NAMES = COMPUTED
 _NOT_KEPT: tuple[str | None, str] = (None, "")
 # An embedding lookup reads a weight table, but what it returns is the activation stream, not a fill.
 _LOOKUPS = {"Gather", "GatherElements", "GatherND"}
@@ -136,10 +136,13 @@ class DtypeResolver:
 
             raise InputError(None, f"--keep-fp32: {len(self._globs):,} patterns with * ? or [; at most "
                                    f"{_MAX_GLOBS:,} (name the nodes themselves: names are looked up, any number)")
-        self.converted = target.name not in ("fp32", "fp64") and graph.converted_to is None and _converted(graph, target)
+        # a block-scaled target (--dtype mxfp8) rounds only what MatMul, Gemm and Conv read, in traced mode: the
+        # values of the graph stay as they are stored
+        rounds_values = target.is_narrow and not target.blocked
+        self.converted = rounds_values and graph.converted_to is None and _converted(graph, target)
         self.converter = converter_named(converter)
         # the converter runs only on a float32 model being narrowed: not on one already converted, nor in float32
-        narrowing = target.name not in ("fp32", "fp64") and not self.converted
+        narrowing = rounds_values and not self.converted
         if not self.converter.plain and narrowing:
             _check_converter(graph, target, self.converter)
         self.converting = narrowing and self.converter.applies(target)
@@ -234,6 +237,9 @@ class DtypeResolver:
             return ComputeDtype(fmt, f"model stored in {fmt.long_name}")
         if self.target.name == "fp32":
             return ComputeDtype(self.target, "model stored in float32, --dtype fp32")
+        if self.target.blocked:
+            return ComputeDtype(FORMATS["fp32"], f"--dtype {self.target.name} quantizes what MatMul, Gemm and Conv "
+                                                 f"read; the rest runs as stored, in float32")
         if value.parent is not None:  # made inside an If/Loop/Scan body: a kept control-flow node keeps it all
             keeper, reason = self._kept(value.parent)
             if keeper is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..dtypes import COMPUTED
 from ..ir import Graph
 
 __all__ = ["Quantization", "quantization", "QDQ_OPS", "INTEGER_OPS"]
@@ -46,7 +47,6 @@ class Quantization:
 
 
 _ACCUMULATORS = ("MatMulInteger", "ConvInteger")
-_FLOATS = ("fp16", "bf16", "fp32", "fp64", "fp8-e4m3", "fp8-e5m2")
 
 
 def quantization(graph: Graph) -> Quantization | None:
@@ -58,7 +58,7 @@ def quantization(graph: Graph) -> Quantization | None:
             if node.op_type in INTEGER_OPS:
                 found.integer_nodes += 1
                 continue
-        if any(v.dtype in _FLOATS for v in node.outputs if v is not None):
+        if any(v.dtype in COMPUTED for v in node.outputs if v is not None):
             found.float_nodes += 1
         source = node.input(0)
         if node.op_type == "Cast" and source is not None:

@@ -7,7 +7,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..dtypes import format_of_onnx_type
+from ..dtypes import COMPUTED, format_of_onnx_type
 from ..ir import Node
 
 __all__ = ["KernelContext", "KERNELS", "erf"]
@@ -193,9 +193,9 @@ def _cast(node, args, ctx):
 
 def _cast_to(x: np.ndarray, to: int, ctx: KernelContext) -> np.ndarray:
     fmt = format_of_onnx_type(to)
-    if fmt is not None:
+    if fmt is not None and fmt.name in COMPUTED:
         # the run's float dtype holds every narrower format; its rounding happens after the kernel
-        return x.astype(np.float64 if fmt.name == "fp64" else ctx.float_dtype)
+        return x.astype(np.float64 if fmt.held_dtype is np.float64 else ctx.float_dtype)
     import onnx
 
     target = onnx.helper.tensor_dtype_to_np_dtype(to)

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..analysis.compute_dtype import DtypeResolver
 from ..converters import Clamp
-from ..dtypes import Format
+from ..dtypes import COMPUTED, Format
 from ..errors import InputError
 from ..ir import Graph, Node, Value, implicit_inputs
 from .formats import HeldFormats
@@ -21,7 +21,6 @@ __all__ = ["Plan", "Step", "Hook", "Runner"]
 # hook(ref_args, emu_args, ref_outs, emu_outs): a measurement taken while a node's inputs are still alive
 Hook = Callable[[list, list, list, list], None]
 
-_FLOAT_DTYPES = {"fp16", "bf16", "fp32", "fp64", "fp8-e4m3", "fp8-e5m2"}
 # Ops whose outputs are some of their inputs' numbers, moved: rounding them again changes nothing when the
 # inputs are already held in the output's format, so the hot path skips it.
 _MOVES_VALUES = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Flatten", "Gather", "GatherElements",
@@ -200,5 +199,5 @@ class Plan:
                 outputs: list[tuple[int, Format | None]]) -> list[Format | None]:
         if node.op_type not in _MOVES_VALUES or node.domain not in ("", "ai.onnx"):
             return [fmt for _, fmt in outputs]
-        held = {fmt for v, fmt in zip(node.inputs, input_formats) if v is not None and v.dtype in _FLOAT_DTYPES}
+        held = {fmt for v, fmt in zip(node.inputs, input_formats) if v is not None and v.dtype in COMPUTED}
         return [None if fmt is not None and held == {fmt} else fmt for _, fmt in outputs]

@@ -16,7 +16,6 @@ __all__ = ["ComputeSpec", "compute_spec", "kernel_context"]
 
 # Fused norms whose statistics dtype is the stash_type attribute, from this opset on (before it, the input's dtype).
 _STASH_NORMS = {"LayerNormalization": 17, "RMSNormalization": 23}
-_WIDE = ("fp32", "fp64")
 
 # The numpy kernels' context for a node that computes as they do: float32, nothing inside it rounded.
 _FLOAT32 = KernelContext(np.float32)
@@ -53,7 +52,7 @@ def _statistics_format(node: Node, resolver: DtypeResolver, fmt: Format | None) 
     format where it is narrow, else None."""
     decided = resolver.statistics_by_runtime(node)  # a runtime's kernel (float16 sums in SkipLayerNormalization)
     if decided is not None:
-        return None if decided.fmt.name in _WIDE else decided.fmt
+        return None if decided.fmt.wide else decided.fmt
     since = _STASH_NORMS.get(node.op_type)
     if since is None or node.domain not in ("", "ai.onnx"):
         return None
@@ -63,7 +62,7 @@ def _statistics_format(node: Node, resolver: DtypeResolver, fmt: Format | None) 
         stash = node.attrs.get("stash_type")
         dtype = resolver.of_stash(node, None if stash is None else int(stash), "")
         stats = dtype.fmt if dtype is not None else None
-    return None if stats is None or stats.name in _WIDE else stats
+    return None if stats is None or stats.wide else stats
 
 
 def kernel_context(spec: ComputeSpec) -> KernelContext:

@@ -63,7 +63,7 @@ def _converted_by(value: Value, resolver: DtypeResolver) -> tuple[ComputeDtype, 
             dtype = ComputeDtype(fmt, f"Cast to {fmt.long_name} at node '{reader.name}'") if fmt is not None else None
         else:
             dtype = resolver.of_node(reader)
-        if dtype is None or dtype.fmt.name in ("fp32", "fp64"):
+        if dtype is None or dtype.fmt.wide:
             continue
         if best is None or _narrowness(dtype.fmt) < _narrowness(best[0].fmt):
             best = (dtype, reader)
