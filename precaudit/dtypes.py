@@ -23,7 +23,7 @@ import ml_dtypes
 import numpy as np
 
 __all__ = ["Format", "FORMATS", "ELEMENTS", "ALIASES", "COMPUTED", "BlockScales", "format_named", "round_to_format",
-           "classify", "format_of_onnx_type", "quantize", "block_scales", "global_scale_of", "round_elements",
+           "classify", "format_of_onnx_type", "quantize", "quantize_blocks", "block_scales", "global_scale_of", "round_elements",
            "blocks_along"]
 
 _F32 = np.finfo(np.float32)
@@ -232,14 +232,31 @@ def quantize(array: np.ndarray, fmt: Format, axis: int = -1, global_scale: float
             return data.astype(fmt.np_dtype).astype(fmt.held_dtype)
     if data.size == 0:
         return data.astype(np.float32)
+    elements, scales, restore = _blocked_parts(data, fmt, axis, global_scale)
+    step = scales.step()[..., None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        return restore(np.where(step != 0, elements * step, np.float32(0))).astype(np.float32)
+
+
+def quantize_blocks(array: np.ndarray, fmt: Format, axis: int = -1,
+                    global_scale: float | None = None) -> tuple[np.ndarray, BlockScales]:
+    """A block-scaled format's two stored parts, as quantize computes them: the elements (float32 numbers of the
+    element type, in the array's shape) and the block scales (one per block: the array's shape with ceil(n /
+    block) along axis)."""
+    elements, scales, restore = _blocked_parts(np.asarray(array), fmt, axis, global_scale)
+    moved = [np.moveaxis(a, -1, axis) for a in (scales.stored, scales.ideal)]
+    return restore(elements).astype(np.float32), BlockScales(moved[0], moved[1], scales.global_scale)
+
+
+def _blocked_parts(data: np.ndarray, fmt: Format, axis: int, global_scale: float | None):
+    """(elements as [..., blocks, block], the block scales as [..., blocks], the function restoring the layout)."""
     blocks, restore = blocks_along(data, fmt.block, axis)
     scales = block_scales(np.max(np.abs(blocks), axis=-1), fmt,
                           global_scale_of(data, fmt) if global_scale is None else global_scale)
     step = scales.step()[..., None]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        scaled = np.where(step != 0, blocks.astype(np.float32) / step, 0.0).astype(np.float32)
-        out = round_elements(scaled, fmt.element, saturate=True) * step
-    return restore(np.where(step != 0, out, 0.0)).astype(np.float32)
+        scaled = np.where(step != 0, blocks.astype(np.float32) / step, np.float32(0)).astype(np.float32)
+    return round_elements(scaled, fmt.element, saturate=True), scales, restore
 
 
 def round_elements(scaled: np.ndarray, element: Format, saturate: bool = True) -> np.ndarray:

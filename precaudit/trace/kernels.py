@@ -440,19 +440,6 @@ def _channel(v: np.ndarray, ndim: int, axis: int) -> np.ndarray:
     return v.reshape(shape)
 
 
-def _dequantize(node, args, ctx):
-    """(x - zero_point) * scale, per tensor or per axis; blocked quantization goes to the reference evaluator."""
-    if node.attr("block_size", 0):
-        raise NotImplementedError("blocked DequantizeLinear")
-    x, scale = args[0], args[1]
-    zero = args[2] if len(args) > 2 and args[2] is not None else None
-    axis = int(node.attr("axis", 1))
-    q = x.astype(ctx.float_dtype)
-    if zero is not None:
-        q = q - _channel(zero.astype(ctx.float_dtype), x.ndim, axis)
-    return [q * _channel(scale.astype(ctx.float_dtype), x.ndim, axis)]
-
-
 def _batchnorm(node, args, ctx):
     """Inference-mode BatchNormalization (every opset): the stored running statistics, channels on axis 1."""
     x, scale, bias, mean, var = args[:5]
@@ -489,5 +476,5 @@ KERNELS: dict[str, Callable[[Node, Arrays, KernelContext], list]] = {
     "Slice": _slice, "Split": _split, "Gather": _gather, "GatherElements": _gather_elements, "Shape": _shape, "Size": lambda n, a, c: [np.array(a[0].size, np.int64)],
     "ConstantOfShape": _const_of_shape, "Expand": _expand, "Transpose": _transpose, "Concat": _concat,
     "Flatten": _flatten, "Clip": _clip, "Trilu": _trilu, "Range": _range, "Where": _where, "Dropout": _dropout,
-    "CumSum": _cumsum, "DequantizeLinear": _dequantize, "BatchNormalization": _batchnorm,
+    "CumSum": _cumsum, "BatchNormalization": _batchnorm,
 }
