@@ -46,6 +46,7 @@ class Format:
     square_overflow: float  # |x| above which x*x exceeds max
     overflow_threshold: float  # |x| from which rounding gives inf (or NaN): max plus half an ulp at max
     has_inf: bool = True  # float8_e4m3fn has none: inf (and every overflow) becomes NaN
+    has_nan: bool = True  # float4_e2m1fn has none either: its casts saturate
     scale: Format | None = None  # a block-scaled format: the format of each block's scale
     block: int = 0  # elements per scale along the blocked axis; 0: a format rounded value by value
     global_scale: bool = False  # a float32 scale of the whole tensor multiplies the block scales (NVFP4)
@@ -108,6 +109,7 @@ def _make(name: str, long_name: str, dtype, onnx_type: int) -> Format:
     half_ulp_at_max = 2.0 ** (math.floor(math.log2(fmax)) - int(fi.nmant)) / 2
     with np.errstate(invalid="ignore", over="ignore"):
         has_inf = bool(np.isinf(np.array(np.inf).astype(dt)))
+        has_nan = bool(np.isnan(np.array(np.nan).astype(dt)))
     return Format(
         name=name,
         long_name=long_name,
@@ -121,6 +123,7 @@ def _make(name: str, long_name: str, dtype, onnx_type: int) -> Format:
         square_overflow=math.sqrt(fmax),
         overflow_threshold=fmax + half_ulp_at_max,
         has_inf=has_inf,
+        has_nan=has_nan,
     )
 
 
@@ -255,7 +258,10 @@ def _blocked_parts(data: np.ndarray, fmt: Format, axis: int, global_scale: float
                           global_scale_of(data, fmt) if global_scale is None else global_scale)
     step = scales.step()[..., None]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        scaled = np.where(step != 0, blocks.astype(np.float32) / step, np.float32(0)).astype(np.float32)
+        scaled = np.divide(blocks, step, dtype=np.float32)
+    zero = step[..., 0] == 0
+    if zero.any():  # a block whose scale is 0 comes back as 0, not x / 0
+        scaled[zero] = 0
     return round_elements(scaled, fmt.element, saturate=True), scales, restore
 
 
@@ -267,13 +273,20 @@ def round_elements(scaled: np.ndarray, element: Format, saturate: bool = True) -
         if saturate:
             x = np.clip(x, -element.max, element.max)
         rounded = x.astype(element.np_dtype).astype(np.float32)
-    return np.where(np.isnan(x), np.float32(np.nan), rounded)  # FP4 has no NaN: its cast would make one a 0
+    if not element.has_nan:  # FP4 has no NaN: its cast would make one a 0
+        nan = np.isnan(x)
+        if nan.any():
+            rounded[nan] = np.nan
+    return rounded
 
 
 def blocks_along(data: np.ndarray, block: int, axis: int = -1):
-    """The array as [..., blocks, block] along axis (float64, the last block padded with zeros, which change no
-    block's largest |x|), and the function that puts an array of that layout back in the array's shape."""
-    moved = np.moveaxis(np.asarray(data, dtype=np.float64), axis, -1)
+    """The array as [..., blocks, block] along axis (float32, float64 for wider data; the last block padded with
+    zeros, which change no block's largest |x|), and the function that puts an array of that layout back in the
+    array's shape."""
+    array = np.asarray(data)
+    wide = array.dtype == np.float64 or array.dtype.kind in "iu"
+    moved = np.moveaxis(array.astype(np.float64 if wide else np.float32, copy=False), axis, -1)
     n = moved.shape[-1]
     count = -(-n // block)
     if count * block != n:

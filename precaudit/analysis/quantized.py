@@ -151,10 +151,11 @@ class BlockCounts:
         with np.errstate(invalid="ignore"):
             amax = np.max(np.abs(blocks), axis=-1)
         scales = block_scales(amax, fmt, global_scale)
-        step = scales.step()[..., None].astype(np.float64)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            scaled = np.where(step != 0, blocks / step, 0.0)
-            q = np.where(step != 0, round_elements(scaled, element).astype(np.float64) * step, 0.0)
+        step = scales.step()[..., None]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # as dtypes.quantize computes them
+            scaled = np.where(step != 0, np.divide(blocks, step, dtype=np.float32), np.float32(0))
+            q = np.where(step != 0, round_elements(scaled, element) * step, np.float32(0)).astype(np.float64)
+        blocks = blocks.astype(np.float64)
         finite = np.isfinite(blocks)
         nonzero = finite & (blocks != 0)
         zeroed = nonzero & (q == 0)

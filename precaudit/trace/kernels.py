@@ -21,6 +21,8 @@ class KernelContext:
 
     float_dtype: type  # np.float32 for the emulated run, np.float64 for the reference
     round_stat: Callable[[np.ndarray], np.ndarray] = lambda a: a  # a fused norm's statistics dtype (stash_type)
+    # what the inputs become before the kernel reads them (a block-scaled --dtype quantizes a MatMul's); None: as given
+    prepare: Callable[[Node, list], list] | None = None
 
 
 def _opset(node: Node, default: int = 17) -> int:

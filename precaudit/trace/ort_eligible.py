@@ -30,6 +30,8 @@ def refusal(node: Node, spec: ComputeSpec, input_formats: list[Format | None], r
                 f"runs it, checking the size against traced mode's budget first")
     if spec.accumulate is not None:
         return f"node '{node.name}' rounds its statistics into its stash_type, which runs on numpy only"
+    if spec.blocks is not None:
+        return f"node '{node.name}' reads its inputs in {spec.blocks.long_name} blocks, which runs on numpy only"
     formats = [fmt for fmt in rounds if fmt is not None]
     formats += [fmt for v, fmt in zip(node.inputs, input_formats) if v is not None and v.is_const and fmt is not None]
     narrow = next((fmt for fmt in formats if fmt.name not in ROUND_TO and not fmt.wide), None)

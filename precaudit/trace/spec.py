@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..analysis.compute_dtype import DtypeResolver
-from ..dtypes import Format
+from ..analysis.quantized import GEMMS, gemm_axes
+from ..dtypes import Format, quantize
 from ..ir import Node
 from .kernels import KernelContext
 from .rounding import round_into
@@ -37,6 +38,7 @@ class ComputeSpec:
     accumulate: Format | None = None
     fused: bool = False
     flush_subnormals: bool = False
+    blocks: Format | None = None  # a block-scaled format the node's multiplied inputs are quantized into first
 
 
 def compute_spec(node: Node, resolver: DtypeResolver) -> ComputeSpec:
@@ -44,7 +46,12 @@ def compute_spec(node: Node, resolver: DtypeResolver) -> ComputeSpec:
     already decided where it knows the kernel, and the statistics of a fused norm."""
     dtype = resolver.of_node(node)
     fmt = dtype.fmt if dtype is not None else None
-    return ComputeSpec(fmt, _statistics_format(node, resolver, fmt))
+    target = resolver.target
+    # --dtype mxfp8|mxfp4|nvfp4: what MatMul, Gemm and Conv multiply is quantized block by block, along the axis
+    # each input sums over; a node --keep-fp32 keeps reads its inputs as they are
+    blocks = target if (target.blocked and node.op_type in GEMMS and node.domain in ("", "ai.onnx")
+                        and resolver.kept_by(node) is None) else None
+    return ComputeSpec(fmt, _statistics_format(node, resolver, fmt), blocks=blocks)
 
 
 def _statistics_format(node: Node, resolver: DtypeResolver, fmt: Format | None) -> Format | None:
@@ -69,11 +76,26 @@ def kernel_context(spec: ComputeSpec) -> KernelContext:
     """The numpy kernels' context that computes a node as its spec says."""
     if spec.fused or spec.flush_subnormals:
         raise NotImplementedError("fused kernels and flushed subnormals have no emulation yet")
-    accumulate = spec.accumulate
-    if accumulate is None:
+    accumulate, blocks = spec.accumulate, spec.blocks
+    if accumulate is None and blocks is None:
         return _FLOAT32
+    if accumulate is None:
+        return KernelContext(np.float32, prepare=_quantizer(blocks))
 
     def round_stat(a: np.ndarray, f: Format = accumulate) -> np.ndarray:
         return round_into(np.asarray(a), f)
 
-    return KernelContext(np.float32, round_stat=round_stat)
+    return KernelContext(np.float32, round_stat=round_stat, prepare=_quantizer(blocks))
+
+
+def _quantizer(fmt: Format | None):
+    """The inputs of a MatMul, Gemm or Conv in a block-scaled format: each multiplied float input quantized along
+    the axis the product sums over (NVFP4's global scale from each tensor); None without a format."""
+    if fmt is None:
+        return None
+
+    def prepare(node: Node, args: list) -> list:
+        axes = gemm_axes(node, [np.ndim(a) if a is not None else 0 for a in args])
+        return [quantize(a, fmt, axis) if axis is not None and a is not None and a.dtype.kind == "f" else a
+                for a, axis in zip(args, axes + [None] * (len(args) - len(axes)))]
+    return prepare
