@@ -196,3 +196,23 @@ def test_modelopt_trt_ops_quantize_as_dtypes_does():
                                                      [data8, codes], ctx)[0]
     assert codes.dtype == np.uint8 and (codes[1, 1], codes[2, 0]) == (0, 127)
     assert np.array_equal(back8, quantize(x, FORMATS["mxfp8"]))
+
+
+def test_a_block_size_that_is_no_positive_integer_is_one_line(tmp_path, capsys):
+    """ModelOpt's ops carry no ONNX schema, so a stranger's file may write block_size 0 or -3: the static audit
+    skips such a node, traced mode refuses it in one line naming the node (exit 2), and nothing crashes."""
+    import onnx
+
+    model = onnx.load(str(trt_nvfp4_activation(tmp_path / "trt.onnx")))
+    for node in model.graph.node:
+        for attr in node.attribute:
+            if attr.name == "block_size":
+                attr.i = -3 if node.op_type == "TRT_FP4QDQ" else 0
+    path = tmp_path / "bad.onnx"
+    onnx.save(model, str(path))
+    code, report = run_json([path], "--check-weights", out_dir=tmp_path)
+    assert (code, report["results"], report["errors"]) == (0, [], [])
+    assert main([str(path), "--trace"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"precaudit: {path}: traced mode cannot run node 'quantize_x' (TRT_FP4DynamicQuantize): "
+                   "ValueError: block_size 0 is no positive integer"]

@@ -18,7 +18,8 @@ from ..dtypes import COMPUTED, ELEMENTS, FORMATS, BlockScales, Format, block_sca
     round_elements
 from ..ir import Graph, Node
 
-__all__ = ["Quantization", "quantization", "QDQ_OPS", "INTEGER_OPS", "TRT_QDQ_OPS", "BlockCounts", "GEMMS", "gemm_axes"]
+__all__ = ["Quantization", "quantization", "QDQ_OPS", "INTEGER_OPS", "TRT_QDQ_OPS", "BlockCounts", "GEMMS", "gemm_axes",
+           "block_attr"]
 
 # ModelOpt's TensorRT ops (domain trt; modelopt/torch/quantization/export_onnx.py and onnx/quantization/qdq_utils.py)
 TRT_QDQ_OPS = ("TRT_FP8QuantizeLinear", "TRT_FP8DequantizeLinear", "TRT_FP4DynamicQuantize", "TRT_FP4QDQ",
@@ -82,6 +83,13 @@ def quantization(graph: Graph) -> Quantization | None:
     return found if found.ops else None
 
 
+def block_attr(node: Node, default: int) -> int | None:
+    """A node's block_size attribute (default where it has none); None where it is no positive integer (a model
+    from anywhere may write block_size -3 or "x")."""
+    value = node.attr("block_size", default)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 # ModelOpt's ops that quantize in blocks, and the format they use
 _TRT_BLOCKED = {"TRT_FP4DynamicQuantize": ("nvfp4", 16), "TRT_FP4QDQ": ("nvfp4", 16),
                 "TRT_MXFP8DynamicQuantize": ("mxfp8", 32), "TRT_MXFP8DequantizeLinear": ("mxfp8", 32)}
@@ -91,7 +99,7 @@ def _blocked_data(node: Node) -> str | None:
     """What a blocked quantize or dequantize node holds its data in ("float4_e2m1fn in blocks of 16"); None for one
     that quantizes per tensor or per axis."""
     trt = _TRT_BLOCKED.get(node.op_type)
-    block = int(node.attr("block_size", trt[1] if trt else 0) or 0)
+    block = block_attr(node, trt[1] if trt else 0)
     if not block:
         return None
     if trt is not None:

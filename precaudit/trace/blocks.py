@@ -15,7 +15,7 @@ import numpy as np
 
 from ..analysis.compute_dtype import ComputeDtype, DtypeResolver
 from ..analysis.constants import is_constant
-from ..analysis.quantized import BlockCounts, gemm_axes
+from ..analysis.quantized import BlockCounts, block_attr, gemm_axes
 from ..analysis.sites.base import Site
 from ..analysis.sites.facts import dtype_facts
 from ..dtypes import FORMATS, Format
@@ -49,7 +49,9 @@ def attach_block_probes(graph: Graph, plan: Plan, hooks: dict[int, list]) -> lis
         dynamic = _DYNAMIC.get(node.op_type) if node.domain == "trt" else None
         if dynamic is not None:
             name, default, global_input = dynamic
-            block = int(node.attr("block_size", default)) or default
+            block = block_attr(node, default)
+            if block is None:  # the kernel refuses it, in one line
+                continue
             fmt = dataclasses.replace(FORMATS[name], block=block)
             reads = [(0, fmt, f"{node.op_type} '{node.name}' quantizes it to {fmt.long_name} in blocks of {block}")]
         elif step.spec.blocks is not None:

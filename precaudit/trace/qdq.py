@@ -15,6 +15,7 @@ from typing import Callable
 import ml_dtypes
 import numpy as np
 
+from ..analysis.quantized import block_attr
 from ..dtypes import COMPUTED, ELEMENTS, FORMATS, Format, format_of_onnx_type, quantize, quantize_blocks, \
     round_elements
 from ..ir import Node
@@ -167,7 +168,9 @@ def _fp4_qdq(node: Node, args: Arrays, ctx: KernelContext) -> list:
 
 
 def _with_block(fmt: Format, node: Node, default: int) -> Format:
-    block = int(node.attr("block_size", default)) or default
+    block = block_attr(node, default)
+    if block is None:
+        raise ValueError(f"block_size {node.attr('block_size')!r} is no positive integer")
     return fmt if block == fmt.block else dataclasses.replace(fmt, block=block)
 
 

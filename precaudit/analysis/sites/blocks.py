@@ -10,7 +10,7 @@ from ...dtypes import COMPUTED, FORMATS, Format
 from ...ir import Graph, Node, Value
 from ..compute_dtype import ComputeDtype, DtypeResolver
 from ..constants import resolve_scalar
-from ..quantized import GEMMS, BlockCounts, gemm_axes
+from ..quantized import GEMMS, BlockCounts, block_attr, gemm_axes
 from .base import Site
 from .facts import dtype_facts
 
@@ -27,7 +27,9 @@ def find_block_weight_sites(graph: Graph, resolver: DtypeResolver, load) -> list
     target = resolver.target
     for node in graph.nodes:
         if node.op_type == "TRT_FP4QDQ" and node.domain == "trt":
-            block = int(node.attr("block_size", 16)) or 16
+            block = block_attr(node, 16)
+            if block is None:
+                continue
             fmt = dataclasses.replace(FORMATS["nvfp4"], block=block)
             reads = [(node.input(0), -1)]
             why = f"TRT_FP4QDQ '{node.name}' quantizes it to NVFP4 in blocks of {block}"
