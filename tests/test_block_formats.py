@@ -114,3 +114,12 @@ def test_quant_patterns_escape_wildcards():
                  Node("x*y", "Gemm")]
 
     assert quant_patterns(Keep()) == ["*layers[[]0].mlp*", "*x[*]y*"]
+
+
+def test_fix_refuses_a_block_scaled_target_and_says_what_to_use(tmp_path, capsys):
+    path = float_linear(tmp_path / "w.onnx")
+    assert main(["fix", str(path), "-o", str(tmp_path / "fixed.onnx"), "--dtype", "nvfp4"]) == 2
+    assert capsys.readouterr().err == (
+        "precaudit: --dtype nvfp4: fix repairs what a narrower dtype breaks; choose fp16, bf16 or an fp8 format (a "
+        "block-scaled format quantizes what MatMul, Gemm and Conv read: precaudit keep-list names those to keep)\n")
+    assert not (tmp_path / "fixed.onnx").exists()
