@@ -116,7 +116,7 @@ def audit_models(paths: list[str], deployment: Deployment, rules: list[Rule],
     entry, and the others are audited and reported; debug prints its traceback.
     """
     result = AuditResult()
-    weight_rules = any("weight" in rule.sites for rule in rules)
+    weight_rules = any(kind in rule.sites for rule in rules for kind in ("weight", "block_weight"))
     for index, path in enumerate(paths):
         if index:
             # The last model's graph is tens of thousands of objects in reference cycles (a value and the node

@@ -95,7 +95,7 @@ def test_after_double_dash_every_word_is_a_path(tmp_path: Path, monkeypatch: pyt
     assert [line.split(": ")[1] for line in err] == ["--output=victim.txt", "--trust-pickle"]
     assert main(["check", "--dtype", "fp12", "--", "--debug"]) == 2
     err = stderr_lines(capsys)
-    assert err == ["precaudit: --dtype: unknown dtype 'fp12'; choose one of fp16, bf16, fp8-e4m3, fp8-e5m2, fp32, fp64"]
+    assert err == ["precaudit: --dtype: unknown dtype 'fp12'; choose one of fp16, bf16, fp8-e4m3, fp8-e5m2, fp32, fp64, mxfp8, mxfp4, nvfp4"]
 
 
 @pytest.mark.parametrize("key", ["trust-pickle = true", "factories = true", "trust_pickle = true"])

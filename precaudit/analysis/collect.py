@@ -15,6 +15,7 @@ from .sites.integer_float import integer_site
 from .sites.norm import find_norm_sites
 from .sites.ops import op_site
 from .sites.pattern import find_pattern_sites
+from .sites.quant import find_quant_sites
 from .sites.reduction import REDUCTIONS, reduction_site
 
 __all__ = ["collect_sites"]
@@ -28,7 +29,7 @@ def collect_sites(graph: Graph, resolver: DtypeResolver, patterns: dict[str, OpP
         if site.kind != "norm":
             # a division or sqrt that a recognized norm chain accounts for is judged by the norm rules
             site.facts["in_norm_chain"] = any(id(n) in chains.claimed for n in (site.span or [site.node]))
-    sites += chains.sites + find_constant_sites(graph, resolver)
+    sites += chains.sites + find_constant_sites(graph, resolver) + find_quant_sites(graph, resolver)
     for site in sites:
         owner = graph.module_eps.get(site.node.scope or "")
         if site.kind == "norm" and owner:

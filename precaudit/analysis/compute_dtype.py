@@ -31,17 +31,18 @@ from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
 from ..converters import Clamp, Converter, converter_named
-from ..dtypes import FORMATS, Format, format_of_onnx_type, round_to_format
+from ..dtypes import COMPUTED, FORMATS, Format, format_of_onnx_type, round_to_format
 from ..errors import InputError
 from ..ir import Graph, Node, Value, implicit_inputs
 from .constants import is_constant
+from .stored import stored_in_target
 
 if TYPE_CHECKING:
     from ..runtime.base import Fact, Kernel, Runtime
 
 __all__ = ["ComputeDtype", "DtypeResolver"]
 
-_FLOAT_NAMES = {"fp16", "bf16", "fp32", "fp64", "fp8-e4m3", "fp8-e5m2"}
+_FLOAT_NAMES = COMPUTED
 _NOT_KEPT: tuple[str | None, str] = (None, "")
 # An embedding lookup reads a weight table, but what it returns is the activation stream, not a fill.
 _LOOKUPS = {"Gather", "GatherElements", "GatherND"}
@@ -139,10 +140,13 @@ class DtypeResolver:
 
             raise InputError(None, f"--keep-fp32: {len(self._globs):,} patterns with * ? or [; at most "
                                    f"{_MAX_GLOBS:,} (name the nodes themselves: names are looked up, any number)")
-        self.converted = target.name not in ("fp32", "fp64") and graph.converted_to is None and _converted(graph, target)
+        # a block-scaled target (--dtype mxfp8) rounds only what MatMul, Gemm and Conv read, in traced mode: the
+        # values of the graph stay as they are stored
+        rounds_values = target.is_narrow and not target.blocked
+        self.converted = rounds_values and graph.converted_to is None and stored_in_target(graph, target)
         self.converter = converter_named(converter)
         # the converter runs only on a float32 model being narrowed: not on one already converted, nor in float32
-        narrowing = target.name not in ("fp32", "fp64") and not self.converted
+        narrowing = rounds_values and not self.converted
         if not self.converter.plain and narrowing:
             _check_converter(graph, target, self.converter)
         self.converting = narrowing and self.converter.applies(target)
@@ -248,6 +252,9 @@ class DtypeResolver:
             return ComputeDtype(fmt, f"model stored in {fmt.long_name}")
         if self.target.name == "fp32":
             return ComputeDtype(self.target, "model stored in float32, --dtype fp32")
+        if self.target.blocked:
+            return ComputeDtype(FORMATS["fp32"], f"--dtype {self.target.name} quantizes what MatMul, Gemm and Conv "
+                                                 f"read; the rest runs as stored, in float32")
         if value.parent is not None:  # made inside an If/Loop/Scan body: a kept control-flow node keeps it all
             keeper, reason = self._kept(value.parent)
             if keeper is not None:
@@ -464,36 +471,3 @@ def _widens(source: Format, to: Format) -> bool:
     """Whether `to` holds every value of `source`, and more: float16/bfloat16 → float32, float32 → float64."""
     return (source.name != to.name and to.max >= source.max and to.smallest_subnormal <= source.smallest_subnormal
             and to.ulp_at_1 <= source.ulp_at_1)
-
-
-# ops that move or retype data without computing on it: one of them on a float16 value (an fp32 model's output cast
-# to float16 and passed on) says nothing about where the model computes
-_MOVES = frozenset({"Cast", "CastLike", "Constant", "Identity", "Expand", "Reshape", "Unsqueeze", "Squeeze",
-                    "Transpose", "Flatten", "Slice", "Gather", "Concat", "Split"})
-
-
-def _converted(graph: Graph, target: Format) -> bool:
-    """Whether the model is already stored in the target format: a float input in it, a node computing on an
-    activation and a constant stored in it, or most of its weights.
-
-    (Token-id models have no float input, so the weights decide; an fp32 model with one fp16 output does not
-    count as converted, nor does one that casts an activation to fp16 and back. A converter's model with its inputs
-    kept float32, keep_io_types=True, and most weights read by kept nodes, has neither: the nodes it converted
-    compute on activations and constants it stored in the target format.)
-    """
-    if any(v.dtype == target.name for v in graph.inputs):
-        return True
-    for node in graph.nodes:
-        if node.op_type in _MOVES:
-            continue
-        reads = [v for v in node.inputs if v is not None and v.dtype == target.name]
-        if any(v.is_const for v in reads) and any(not v.is_const for v in reads):
-            return True
-    sizes: dict[str, int] = {}
-    seen: set[int] = set()
-    for node in graph.nodes:
-        for v in node.inputs:
-            if v is not None and v.const_loader is not None and v.producer is None and id(v) not in seen:
-                seen.add(id(v))
-                sizes[v.dtype or ""] = sizes.get(v.dtype or "", 0) + (v.const_size or 1)
-    return sizes.get(target.name, 0) > sizes.get("fp32", 0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..dtypes import COMPUTED
 from ..ir import Node, Value
 from .canonical import producer, through_shape
 from .constants import resolve_scalar
@@ -17,7 +18,7 @@ from .sites.reduction import reduction_length
 
 __all__ = ["IntegerSource", "integer_source", "angle_source", "Angle"]
 
-_FLOATS = ("fp16", "bf16", "fp32", "fp64", "fp8-e4m3", "fp8-e5m2")
+_FLOATS = COMPUTED
 _INTS = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64")
 
 

@@ -66,7 +66,8 @@ Many = list[str]  # a repeatable option, gathered into a list (empty when not gi
 # the options several commands share, spelled once
 Dtype = Annotated[str | None, typer.Option(
     "--dtype", "-d", metavar="DTYPE", autocompletion=_among(_dtypes),
-    help="Target dtype: fp16 (default), bf16, fp8-e4m3, fp8-e5m2, fp32 or fp64.")]
+    help="Target dtype: fp16 (default), bf16, fp8-e4m3, fp8-e5m2, fp32, fp64, or a block-scaled format: mxfp8, "
+         "mxfp4, nvfp4.")]
 KeepFp32 = Annotated[Many, typer.Option(
     "--keep-fp32", metavar="OP_OR_NODE,...",
     help="Op types, node names or globs kept in float32 (your converter's block list).")]

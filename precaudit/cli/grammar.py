@@ -199,7 +199,7 @@ def keep_list(
     target_for: Annotated[str | None, typer.Option(
         "--for", metavar="CONVERTER", autocompletion=_among(_for_targets),
         help="onnxconverter-common, onnxruntime, olive, modelopt, openvino (ONNX models); pytorch, torch-tensorrt (PyTorch "
-             "models).")] = None,
+             "models); modelopt-quant (--dtype mxfp8|mxfp4|nvfp4: the nodes left unquantized).")] = None,
     dtype: Dtype = None, keep_fp32: KeepFp32 = [], runtime: RuntimeOpt = None, rules: Rules = [],
     select: Select = [], ignore: Ignore = [], extend_select: ExtendSelect = [], extend_ignore: ExtendIgnore = [],
     trace: Annotated[bool, typer.Option("--trace", help="Verify the list by emulating the model (and grow it).")

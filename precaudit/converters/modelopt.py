@@ -29,7 +29,7 @@ from ..ir import Graph, Node, Value
 from ..escape import exact_regex
 from .base import Clamp, Converter, KeepArgs
 
-__all__ = ["CONVERTER", "paste", "fused_layernorms"]
+__all__ = ["CONVERTER", "paste", "paste_quant", "fused_layernorms"]
 
 _UNSUPPORTED = ("Upsample", "NonMaxSuppression", "Celu")
 _MIN_OPSET = {"fp16": 13, "bf16": 22}
@@ -198,4 +198,19 @@ def paste(args: KeepArgs) -> str:
               *(["    keep_io_types=True,"] if args.keep_io else []),
               ")",
               args.save()]
+    return "\n".join(lines)
+
+
+# ModelOpt's quantization configs for the block-scaled formats (modelopt/torch/quantization/config.py)
+_QUANT_CONFIGS = {"mxfp8": "MXFP8_DEFAULT_CFG", "mxfp4": "MXFP4_DEFAULT_CFG", "nvfp4": "NVFP4_DEFAULT_CFG"}
+
+
+def paste_quant(dtype: str, patterns: list[str]) -> str:
+    """ModelOpt's quantization config with the kept modules' quantizers disabled ({"*name*": {"enable": False}})."""
+    lines = ["# ModelOpt quantization (modelopt.torch.quantization): the listed modules stay unquantized",
+             "import copy", "", "import modelopt.torch.quantization as mtq", "",
+             f"config = copy.deepcopy(mtq.{_QUANT_CONFIGS.get(dtype, 'NVFP4_DEFAULT_CFG')})",
+             'config["quant_cfg"].update({']
+    lines += [f"    {p!r}: {{'enable': False}}," for p in patterns]
+    lines += ["})", "model = mtq.quantize(model, config, forward_loop)  # your model and calibration loop"]
     return "\n".join(lines)

@@ -39,9 +39,10 @@ def run_checked(audit: Audit, model: str, output: str | None, dry_run: bool, min
     if not model.lower().endswith(".onnx"):
         raise InputError(model, "fix rewrites ONNX files: export the model first (a PyTorch model's findings name "
                                 "the source lines to change)")
-    if target.name in ("fp32", "fp64"):
+    if target.wide or target.blocked:
         raise InputError(None, f"{named('dtype')} {target.name}: fix repairs what a narrower dtype breaks; choose "
-                               "fp16, bf16 or an fp8 format")
+                               "fp16, bf16 or an fp8 format" + (" (a block-scaled format quantizes what MatMul, Gemm "
+                               "and Conv read: precaudit keep-list names those to keep)" if target.blocked else ""))
     if min_eps is not None:
         min_eps = check_number(min_eps, named("min_eps"))
         if min_eps < target.smallest_normal or min_eps > 1e-3:

@@ -14,7 +14,7 @@ from onnx import NodeProto
 from onnx import TensorProto as T
 
 from ..analysis.constants import resolve_scalar, skip_casts
-from ..dtypes import FORMATS
+from ..dtypes import COMPUTED, FORMATS
 from ..escape import printable
 from ..ir import Node, Value
 from .common import constant_producers, float_dtype
@@ -150,6 +150,6 @@ def _stored_number(v: Value, number: float) -> float:
     """The number as the model stores it (a float16 eps 1e-6 is 1.0133e-06): so the float32 copy adds nothing new."""
     source = skip_casts(v)
     dtype = float_dtype(source) or float_dtype(v)
-    if dtype in FORMATS and dtype not in ("fp32", "fp64"):
+    if dtype in COMPUTED and FORMATS[dtype].is_narrow:
         return float(np.asarray(number, FORMATS[dtype].np_dtype))
     return number

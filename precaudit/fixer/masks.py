@@ -44,7 +44,7 @@ def mask_fill(ctx: Context, group: Group) -> Repair | str:
     target = ctx.target
     fill = -target.max if number < 0 else target.max
     readers = [c for c in value.consumers
-               if (dt := ctx.resolver.of_node(c)) is not None and dt.fmt.name not in ("fp32", "fp64")]
+               if (dt := ctx.resolver.of_node(c)) is not None and dt.fmt.is_narrow]
     if node not in readers:
         readers.insert(0, node)
     edit = ctx.edit

@@ -35,10 +35,13 @@ if TYPE_CHECKING:
 __all__ = ["FOR_TARGETS", "POLICIES", "Entry", "KeepList", "Policy", "build_keep_list", "static_findings"]
 
 # What --for accepts: the ONNX converters (each with its converter model), OpenVINO (its own fp16 compression, which a
-# snippet marks the nodes for), and the PyTorch ways to keep modules.
-FOR_TARGETS = ("onnxconverter-common", "onnxruntime", "olive", "modelopt", "openvino", "pytorch", "torch-tensorrt")
+# snippet marks the nodes for), the PyTorch ways to keep modules, and ModelOpt's quantization config for the
+# block-scaled formats (--dtype mxfp8|mxfp4|nvfp4: the nodes kept unquantized).
+FOR_TARGETS = ("onnxconverter-common", "onnxruntime", "olive", "modelopt", "openvino", "pytorch", "torch-tensorrt",
+               "modelopt-quant")
 _PYTORCH_TARGETS = ("pytorch", "torch-tensorrt")
-_ONNX_TARGETS = tuple(t for t in FOR_TARGETS if t not in _PYTORCH_TARGETS)
+QUANT_TARGET = "modelopt-quant"
+_ONNX_TARGETS = tuple(t for t in FOR_TARGETS if t not in (*_PYTORCH_TARGETS, QUANT_TARGET))
 _TWO_GB = 2 ** 31 - 1  # protobuf's limit on one serialized message
 
 
@@ -216,7 +219,7 @@ def converter_for(target_for: str) -> Converter:
         from ..converters.openvino import CONVERTER
 
         return CONVERTER
-    return PLAIN if target_for in _PYTORCH_TARGETS else converter_named(target_for)
+    return PLAIN if target_for in (*_PYTORCH_TARGETS, QUANT_TARGET) else converter_named(target_for)
 
 
 def build_keep_list(audit: Audit, path: str, target_for: str, tolerance: float = 1e-2, max_runs: int = 30,
@@ -232,7 +235,8 @@ def build_keep_list(audit: Audit, path: str, target_for: str, tolerance: float =
     target, trace, torch_options = audit.deployment.fmt, audit.trace, audit.torch
     keep_fp32, rules = list(audit.deployment.keep_fp32), audit.rules
     torch_model = not path.lower().endswith(".onnx") and is_torch_input(path)
-    if torch_model != (target_for in _PYTORCH_TARGETS):
+    _check_quant_target(target_for, target)
+    if torch_model != (target_for in _PYTORCH_TARGETS) and target_for != QUANT_TARGET:
         kind = "a PyTorch model" if torch_model else "an ONNX model"
         choices = _PYTORCH_TARGETS if torch_model else _ONNX_TARGETS
         raise InputError(path, f"--for {target_for} does not apply to {kind}; choose {' or '.join(choices)}")
@@ -273,6 +277,17 @@ def build_keep_list(audit: Audit, path: str, target_for: str, tolerance: float =
     elif policy is not None:
         raise InputError(None, f"--policy {policy}: the two lists differ by what a traced run measures; add --trace")
     return result
+
+
+def _check_quant_target(target_for: str, target: Format) -> None:
+    """A block-scaled --dtype keeps nodes out of the quantized set (ModelOpt's quantization config); the converters
+    keep nodes in float32 when a model is converted to fp16 or bf16."""
+    if target_for == QUANT_TARGET and not target.blocked:
+        raise InputError(None, f"--for {QUANT_TARGET} lists the nodes to leave out of a block-scaled format: use it "
+                               "with --dtype mxfp8, mxfp4 or nvfp4")
+    if target.blocked and target_for != QUANT_TARGET:
+        raise InputError(None, f"--dtype {target.name} quantizes what MatMul, Gemm and Conv read, which no converter "
+                               f"undoes: --for {QUANT_TARGET} lists the nodes to leave unquantized")
 
 
 def _policy(policy: str | None, synthesized: bool) -> Policy:

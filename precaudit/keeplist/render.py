@@ -58,6 +58,16 @@ def keep_args(keep: KeepList) -> KeepArgs:
                     keep_io=keep.keep_io)
 
 
+def quant_patterns(keep: KeepList) -> list[str]:
+    """ModelOpt quant_cfg keys that leave each kept node unquantized: its module path where the graph knows it (an
+    export's scope, what ModelOpt's quantizer names start with), else its node name; wildcards in it escaped."""
+    names = [_WILDCARD.sub(r"[\1]", n.scope or raw_name(n)) for n in keep.nodes]
+    return list(dict.fromkeys(f"*{name}*" for name in names))
+
+
+_WILDCARD = re.compile(r"([*?[])")
+
+
 def snippet(keep: KeepList, args: KeepArgs) -> str:
     target = keep.target_for
     if target == "onnxconverter-common":
@@ -72,6 +82,8 @@ def snippet(keep: KeepList, args: KeepArgs) -> str:
         return pytorch.paste_torch_tensorrt(args)
     if target == "openvino":
         return openvino.paste(args)
+    if target == "modelopt-quant":
+        return modelopt.paste_quant(args.dtype, quant_patterns(keep))
     return pytorch.paste_hf(args) + "\n\n" + pytorch.paste_autocast(args)
 
 
@@ -91,6 +103,8 @@ def arguments(keep: KeepList, args: KeepArgs) -> dict[str, Any]:
         return {"nodes_to_exclude": sorted({exact_regex(pytorch.fx_name(n)) for n in args.fx_nodes})}
     if target == "openvino":  # the layers are found by the tensors each node makes
         return {"keep": dict(zip(args.nodes, args.outputs)), "compress_to_fp16": True}
+    if target == "modelopt-quant":
+        return {"quant_cfg": {p: {"enable": False} for p in quant_patterns(keep)}}
     return {"modules": args.modules,
             "_keep_in_fp32_modules": [f"^{re.escape(m)}\\." if m else ".*" for m in args.modules]}
 
@@ -152,11 +166,13 @@ def render_text(keep: KeepList) -> str:
     args = keep_args(keep)
     nodes = keep.nodes
     listed = duplicate_renames(keep.graph)
-    lines = [f"{printable(keep.shown or keep.model)}  (--dtype {keep.target.name}, --for {keep.target_for}: {keep.converter.title})"]
+    what = "ModelOpt's quantization config" if keep.target.blocked else keep.converter.title
+    lines = [f"{printable(keep.shown or keep.model)}  (--dtype {keep.target.name}, --for {keep.target_for}: {what})"]
     counts = keep.op_type_counts()
     blocking = sum(counts.values())
     shown = ", ".join(f"{op} {n}" for op, n in counts.items())
-    lines.append(f"  keeps {len(nodes)} node{'s' * (len(nodes) != 1)} in float32"
+    kept_in = f"out of {keep.target.long_name}" if keep.target.blocked else "in float32"
+    lines.append(f"  keeps {len(nodes)} node{'s' * (len(nodes) != 1)} {kept_in}"
                  + (f"; blocking their op types instead keeps {blocking} ({shown})" if nodes else ""))
     verdict = _verification(keep)
     if verdict is not None:

@@ -57,7 +57,9 @@ def emulate(graph: Graph, deployment: Deployment, kept: list[Node],
     origin = first_nonfinite_site(graph, resolver, stats, len(batches)) if not finite else []
     rel = {vid: s.rel_error for vid, s in stats.items() if not s.nonfinite}
     absmax = {vid: s.absmax for vid, s in stats.items()}
-    too_large = {vid for vid, top in absmax.items() if top >= deployment.fmt.overflow_threshold}
+    # values a narrow target holds overflow it; a block-scaled one holds them in float32 (its scales absorb range)
+    limit = math.inf if deployment.fmt.blocked else deployment.fmt.overflow_threshold
+    too_large = {vid for vid, top in absmax.items() if top >= limit}
     return Run(len(kept), finite, error, origin[0].node if origin else None, rel_error=rel, too_large=too_large,
                absmax=absmax)
 

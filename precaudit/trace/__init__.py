@@ -11,6 +11,7 @@ from ..analysis.compute_dtype import DtypeResolver
 from ..analysis.sites.base import Site
 from ..ir import Graph
 from ..options import TraceOptions
+from .blocks import attach_block_probes, block_sites
 from .emulator import Emulator
 from .limits import check_loop_trips
 from .inputs import iter_batches
@@ -61,6 +62,7 @@ def traced_sites(graph: Graph, resolver: DtypeResolver, options: TraceOptions) -
     check_loop_trips(graph)
     emulator = Emulator(graph, resolver, engine=options.engine)
     probes = attach_probes(graph, resolver, emulator)
+    blocks = attach_block_probes(graph, emulator.plan, emulator.hooks)
     emulator.limit_time(options.timeout)
     # each .npz is one sample; synthesized inputs give --samples independent draws
     source, batches = iter_batches(graph, options)
@@ -78,7 +80,8 @@ def traced_sites(graph: Graph, resolver: DtypeResolver, options: TraceOptions) -
     sites = [*value_sites(graph, resolver, emulator.stats, samples), *norm_sites(probes, samples),
              *op_sites(probes, resolver, samples, emulator.stats), *hazard_sites(graph, resolver, emulator.stats, samples),
              *first_nonfinite_site(graph, resolver, emulator.stats, samples),
-             *silent_failure_sites(graph, resolver, emulator.stats, samples)]
+             *silent_failure_sites(graph, resolver, emulator.stats, samples),
+             *block_sites(blocks, resolver, emulator.stats, samples)]
     order = {id(node): i for i, node in enumerate(graph.nodes)}
     run.nodes = dict(emulator.ran_on)
     run.profile = build_profile(graph, emulator.stats, sites)

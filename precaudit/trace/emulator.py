@@ -194,6 +194,8 @@ class Emulator:
     def _call(self, step: Step, args: list, ctx: KernelContext) -> list:
         node = step.node
         check_made_size(self.graph, node, args)
+        if ctx.prepare is not None:  # the emulated run's inputs as the target format gives them to the kernel
+            args = ctx.prepare(node, args)
         if step.kernel is not None:
             try:
                 return step.kernel(node, args, ctx)

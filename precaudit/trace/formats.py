@@ -62,7 +62,7 @@ class HeldFormats:
         """
         resolver = self.resolver
         fmt = self.of(value)
-        if not resolver.converting or value.dtype != "fp32" or fmt is None or fmt.name in ("fp32", "fp64"):
+        if not resolver.converting or value.dtype != "fp32" or fmt is None or fmt.wide:
             return True, None
         dtype = resolver.of_value(value)
         maker = value.producer
@@ -82,4 +82,4 @@ class HeldFormats:
         """Whether a constant's stored numbers are already those of the format it is held in (an fp16 weight held
         in fp16): its emulated copy is then its float32 reference, number for number."""
         fmt = self.of(value)
-        return fmt is not None and data.dtype == fmt.np_dtype and fmt.name not in ("fp64",)
+        return fmt is not None and data.dtype == fmt.np_dtype and fmt.held_dtype is np.float32

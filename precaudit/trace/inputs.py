@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..dims import check_dim_names, dim_key
+from ..dtypes import COMPUTED
 from ..ir import Graph, Value
 from ..options import TraceOptions
 from .npz import read_npz
@@ -21,7 +22,7 @@ __all__ = ["load_inputs", "synthesize_inputs", "resolve_shape", "BATCH_DEFAULT",
 
 BATCH_DEFAULT = 1  # a symbolic dim whose name mentions "batch", or the first dim of an input
 DIM_DEFAULT = 16  # every other symbolic or unknown dim (sequence length, ...)
-_FLOAT = ("fp16", "bf16", "fp32", "fp64", "fp8-e4m3", "fp8-e5m2")
+_FLOAT = COMPUTED
 _NP_FLOAT = {"fp16": np.float16, "fp32": np.float32, "fp64": np.float64}
 _INDEX_PATH = {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Expand"}
 

@@ -7,7 +7,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..dtypes import format_of_onnx_type
+from ..dtypes import COMPUTED, format_of_onnx_type
 from ..ir import Node
 
 __all__ = ["KernelContext", "KERNELS", "erf"]
@@ -23,6 +23,8 @@ class KernelContext:
     round_stat: Callable[[np.ndarray], np.ndarray] = lambda a: a  # a fused norm's statistics dtype (stash_type)
     # a LayerNormalization's normalized value, written by one kernel and scaled and shifted by another (OpenVINO CPU)
     round_normalized: Callable[[np.ndarray], np.ndarray] = lambda a: a
+    # what the inputs become before the kernel reads them (a block-scaled --dtype quantizes a MatMul's); None: as given
+    prepare: Callable[[Node, list], list] | None = None
 
 
 def _opset(node: Node, default: int = 17) -> int:
@@ -195,9 +197,9 @@ def _cast(node, args, ctx):
 
 def _cast_to(x: np.ndarray, to: int, ctx: KernelContext) -> np.ndarray:
     fmt = format_of_onnx_type(to)
-    if fmt is not None:
+    if fmt is not None and fmt.name in COMPUTED:
         # the run's float dtype holds every narrower format; its rounding happens after the kernel
-        return x.astype(np.float64 if fmt.name == "fp64" else ctx.float_dtype)
+        return x.astype(np.float64 if fmt.held_dtype is np.float64 else ctx.float_dtype)
     import onnx
 
     target = onnx.helper.tensor_dtype_to_np_dtype(to)
@@ -442,19 +444,6 @@ def _channel(v: np.ndarray, ndim: int, axis: int) -> np.ndarray:
     return v.reshape(shape)
 
 
-def _dequantize(node, args, ctx):
-    """(x - zero_point) * scale, per tensor or per axis; blocked quantization goes to the reference evaluator."""
-    if node.attr("block_size", 0):
-        raise NotImplementedError("blocked DequantizeLinear")
-    x, scale = args[0], args[1]
-    zero = args[2] if len(args) > 2 and args[2] is not None else None
-    axis = int(node.attr("axis", 1))
-    q = x.astype(ctx.float_dtype)
-    if zero is not None:
-        q = q - _channel(zero.astype(ctx.float_dtype), x.ndim, axis)
-    return [q * _channel(scale.astype(ctx.float_dtype), x.ndim, axis)]
-
-
 def _batchnorm(node, args, ctx):
     """Inference-mode BatchNormalization (every opset): the stored running statistics, channels on axis 1."""
     x, scale, bias, mean, var = args[:5]
@@ -491,5 +480,5 @@ KERNELS: dict[str, Callable[[Node, Arrays, KernelContext], list]] = {
     "Slice": _slice, "Split": _split, "Gather": _gather, "GatherElements": _gather_elements, "Shape": _shape, "Size": lambda n, a, c: [np.array(a[0].size, np.int64)],
     "ConstantOfShape": _const_of_shape, "Expand": _expand, "Transpose": _transpose, "Concat": _concat,
     "Flatten": _flatten, "Clip": _clip, "Trilu": _trilu, "Range": _range, "Where": _where, "Dropout": _dropout,
-    "CumSum": _cumsum, "DequantizeLinear": _dequantize, "BatchNormalization": _batchnorm,
+    "CumSum": _cumsum, "BatchNormalization": _batchnorm,
 }

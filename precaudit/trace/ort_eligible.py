@@ -6,7 +6,7 @@ from ..analysis.constants import is_constant
 from ..dtypes import Format
 from ..ir import Node, Value
 from .meter import reads_inputs
-from .ort_nodes import DOMAINS, HELD_AS_IS, ROUND_TO
+from .ort_nodes import DOMAINS, ROUND_TO
 from .plan import Plan
 from .spec import ComputeSpec
 
@@ -32,9 +32,11 @@ def refusal(node: Node, spec: ComputeSpec, input_formats: list[Format | None], r
         return f"node '{node.name}' rounds its statistics into its stash_type, which runs on numpy only"
     if spec.reads is not None or spec.weights is not None or spec.writes is not None or spec.normalized is not None:
         return f"node '{node.name}' reads or writes the runtime's own format, which runs on numpy only"
+    if spec.blocks is not None:
+        return f"node '{node.name}' reads its inputs in {spec.blocks.long_name} blocks, which runs on numpy only"
     formats = [fmt for fmt in rounds if fmt is not None]
     formats += [fmt for v, fmt in zip(node.inputs, input_formats) if v is not None and v.is_const and fmt is not None]
-    narrow = next((fmt for fmt in formats if fmt.name not in ROUND_TO and fmt.name not in HELD_AS_IS), None)
+    narrow = next((fmt for fmt in formats if fmt.name not in ROUND_TO and not fmt.wide), None)
     if narrow is not None:
         return f"node '{node.name}' rounds into {narrow.name}, which runs on numpy only"
     return None
@@ -63,7 +65,7 @@ def _sized_by_data(node: Node, indexes: tuple[int, ...], limit: int = 256) -> bo
 def const_is_shared(plan: Plan, v: Value) -> bool:
     """Whether both runs read a constant alike: it is no float, or held in float32 or float64."""
     fmt = plan.held(v)
-    return fmt is None or fmt.name in HELD_AS_IS
+    return fmt is None or fmt.wide
 
 
 def shared_values(plan: Plan) -> set[int]:

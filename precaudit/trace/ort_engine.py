@@ -33,7 +33,7 @@ from ..errors import InputError
 from ..ir import Value
 from .meter import reads_inputs
 from .ort_eligible import refusal
-from .ort_nodes import HELD_AS_IS, first_line
+from .ort_nodes import first_line
 from .ort_segment import EMBED_BYTES, Segment, SegmentBuilder
 from .ort_weights import WeightFeeder
 from .plan import Plan, Runner, Step
@@ -245,7 +245,7 @@ class OrtSegments:
         if size is None or size * 4 <= EMBED_BYTES:
             return 0
         fmt = self.plan.held(v)
-        rounded = fmt is not None and fmt.name not in HELD_AS_IS and v.dtype != fmt.name
+        rounded = fmt is not None and not fmt.wide and v.dtype != fmt.name
         return size * (8 if v.dtype == "fp64" else 4) * (2 if rounded else 1)
 
     def _build(self, i: int, emu: dict, ref: dict) -> Segment | None:

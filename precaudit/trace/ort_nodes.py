@@ -10,13 +10,12 @@ from ..dtypes import FORMATS, Format
 from ..ir import Node
 from .fallback import as_reference
 
-__all__ = ["ROUND_TO", "NARROW_FORMAT", "HELD_AS_IS", "NARROW", "DOMAINS", "round_trip", "float32_attrs",
+__all__ = ["ROUND_TO", "NARROW_FORMAT", "NARROW", "DOMAINS", "round_trip", "float32_attrs",
            "reference_array", "contiguous", "inference_inputs", "first_line"]
 
 # Formats a Cast pair rounds into; fp8 stays on numpy (onnxruntime's Cast saturates by default, and needs opset 19).
 ROUND_TO = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
 NARROW_FORMAT: dict[int, Format] = {TensorProto.FLOAT16: FORMATS["fp16"], TensorProto.BFLOAT16: FORMATS["bf16"]}
-HELD_AS_IS = {"fp32", "fp64"}
 NARROW = {TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ,
           TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ}
 DOMAINS = {"": "", "ai.onnx": "", "com.microsoft": "com.microsoft"}

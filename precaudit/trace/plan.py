@@ -9,11 +9,12 @@ import numpy as np
 
 from ..analysis.compute_dtype import DtypeResolver
 from ..converters import Clamp
-from ..dtypes import Format
+from ..dtypes import COMPUTED, Format
 from ..errors import InputError
 from ..ir import Graph, Node, Value, implicit_inputs
 from .formats import HeldFormats
 from .kernels import KERNELS, MS_KERNELS, KernelContext
+from .qdq import QDQ_KERNELS, TRT_KERNELS
 from .spec import ComputeSpec, compute_spec, kernel_context
 
 __all__ = ["Plan", "Step", "Hook", "Runner"]
@@ -21,7 +22,9 @@ __all__ = ["Plan", "Step", "Hook", "Runner"]
 # hook(ref_args, emu_args, ref_outs, emu_outs): a measurement taken while a node's inputs are still alive
 Hook = Callable[[list, list, list, list], None]
 
-_FLOAT_DTYPES = {"fp16", "bf16", "fp32", "fp64", "fp8-e4m3", "fp8-e5m2"}
+# The numpy kernels of each domain (an op without one runs on onnx's reference evaluator, fallback.py).
+_KERNELS = {"": {**KERNELS, **QDQ_KERNELS}, "ai.onnx": {**KERNELS, **QDQ_KERNELS},
+            "com.microsoft": {**MS_KERNELS, **QDQ_KERNELS}, "trt": TRT_KERNELS}
 # Ops whose outputs are some of their inputs' numbers, moved: rounding them again changes nothing when the
 # inputs are already held in the output's format, so the hot path skips it.
 _MOVES_VALUES = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Flatten", "Gather", "GatherElements",
@@ -168,8 +171,7 @@ class Plan:
         return last_const
 
     def _step(self, node: Node, read_converted: dict[int, bool]) -> Step:
-        kernel = (KERNELS.get(node.op_type) if node.domain in ("", "ai.onnx")
-                  else MS_KERNELS.get(node.op_type) if node.domain == "com.microsoft" else None)
+        kernel = _KERNELS.get(node.domain, {}).get(node.op_type)
         if node.op_type in _SEQUENCE_OPS:
             raise InputError(self.graph.path, f"traced mode does not run sequence ops yet: node '{node.name}' "
                                               f"({node.op_type}); audit it without --trace")
@@ -200,5 +202,5 @@ class Plan:
                 outputs: list[tuple[int, Format | None]]) -> list[Format | None]:
         if node.op_type not in _MOVES_VALUES or node.domain not in ("", "ai.onnx"):
             return [fmt for _, fmt in outputs]
-        held = {fmt for v, fmt in zip(node.inputs, input_formats) if v is not None and v.dtype in _FLOAT_DTYPES}
+        held = {fmt for v, fmt in zip(node.inputs, input_formats) if v is not None and v.dtype in COMPUTED}
         return [None if fmt is not None and held == {fmt} else fmt for _, fmt in outputs]

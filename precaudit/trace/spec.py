@@ -8,7 +8,8 @@ from typing import Callable
 import numpy as np
 
 from ..analysis.compute_dtype import DtypeResolver
-from ..dtypes import FORMATS, Format
+from ..analysis.quantized import GEMMS, gemm_axes
+from ..dtypes import FORMATS, Format, quantize
 from ..ir import Node
 from .kernels import KernelContext
 from .rounding import round_into
@@ -17,7 +18,6 @@ __all__ = ["ComputeSpec", "compute_spec", "kernel_context"]
 
 # Fused norms whose statistics dtype is the stash_type attribute, from this opset on (before it, the input's dtype).
 _STASH_NORMS = {"LayerNormalization": 17, "RMSNormalization": 23}
-_WIDE = ("fp32", "fp64")
 
 # The numpy kernels' context for a node that computes as they do: float32, nothing inside it rounded.
 _FLOAT32 = KernelContext(np.float32)
@@ -46,6 +46,7 @@ class ComputeSpec:
     weights: Format | None = None
     writes: Format | None = None
     normalized: Format | None = None  # a LayerNormalization's normalized value, before its scale and bias
+    blocks: Format | None = None  # a block-scaled format the node's multiplied inputs are quantized into first
 
 
 def compute_spec(node: Node, resolver: DtypeResolver) -> ComputeSpec:
@@ -54,11 +55,16 @@ def compute_spec(node: Node, resolver: DtypeResolver) -> ComputeSpec:
     dtype = resolver.of_node(node)
     fmt = dtype.fmt if dtype is not None else None
     kernel = dtype.kernel if dtype is not None else None
+    target = resolver.target
+    # --dtype mxfp8|mxfp4|nvfp4: what MatMul, Gemm and Conv multiply is quantized block by block, along the axis
+    # each input sums over; a node --keep-fp32 keeps reads its inputs as they are
+    blocks = target if (target.blocked and node.op_type in GEMMS and node.domain in ("", "ai.onnx")
+                        and resolver.kept_by(node) is None) else None
     if kernel is None:
-        return ComputeSpec(fmt, _statistics_format(node, resolver, fmt))
+        return ComputeSpec(fmt, _statistics_format(node, resolver, fmt), blocks=blocks)
     return ComputeSpec(fmt, _statistics_format(node, resolver, fmt), reads=_named(kernel.reads),
                        weights=_named(kernel.weights), writes=_named(kernel.writes),
-                       normalized=_named(kernel.normalized))
+                       normalized=_named(kernel.normalized), blocks=blocks)
 
 
 def _named(name: str | None) -> Format | None:
@@ -70,7 +76,7 @@ def _statistics_format(node: Node, resolver: DtypeResolver, fmt: Format | None) 
     format where it is narrow, else None."""
     decided = resolver.statistics_by_runtime(node)  # a runtime's kernel (float16 sums in SkipLayerNormalization)
     if decided is not None:
-        return None if decided.fmt.name in _WIDE else decided.fmt
+        return None if decided.fmt.wide else decided.fmt
     since = _STASH_NORMS.get(node.op_type)
     if since is None or node.domain not in ("", "ai.onnx"):
         return None
@@ -80,17 +86,17 @@ def _statistics_format(node: Node, resolver: DtypeResolver, fmt: Format | None) 
         stash = node.attrs.get("stash_type")
         dtype = resolver.of_stash(node, None if stash is None else int(stash), "")
         stats = dtype.fmt if dtype is not None else None
-    return None if stats is None or stats.name in _WIDE else stats
+    return None if stats is None or stats.wide else stats
 
 
 def kernel_context(spec: ComputeSpec) -> KernelContext:
     """The numpy kernels' context that computes a node as its spec says."""
     if spec.fused or spec.flush_subnormals:
         raise NotImplementedError("fused kernels and flushed subnormals have no emulation yet")
-    accumulate, normalized = spec.accumulate, spec.normalized
-    if accumulate is None and normalized is None:
+    accumulate, normalized, blocks = spec.accumulate, spec.normalized, spec.blocks
+    if accumulate is None and normalized is None and blocks is None:
         return _FLOAT32
-    context = KernelContext(np.float32)
+    context = KernelContext(np.float32, prepare=_quantizer(blocks))
     if accumulate is not None:
         context.round_stat = _rounding(accumulate)
     if normalized is not None:
@@ -103,3 +109,16 @@ def _rounding(fmt: Format) -> Callable[[np.ndarray], np.ndarray]:
         return round_into(np.asarray(a), fmt)
 
     return round_to
+
+
+def _quantizer(fmt: Format | None):
+    """The inputs of a MatMul, Gemm or Conv in a block-scaled format: each multiplied float input quantized along
+    the axis the product sums over (NVFP4's global scale from each tensor); None without a format."""
+    if fmt is None:
+        return None
+
+    def prepare(node: Node, args: list) -> list:
+        axes = gemm_axes(node, [np.ndim(a) if a is not None else 0 for a in args])
+        return [quantize(a, fmt, axis) if axis is not None and a is not None and a.dtype.kind == "f" else a
+                for a, axis in zip(args, axes + [None] * (len(args) - len(axes)))]
+    return prepare

@@ -75,6 +75,21 @@ FACT_NAMES["traced_output"] = {"value", "op", "samples", "rel_error", "max_error
 FACT_NAMES["constant"] = {"op", "value", "value_converted", "converted_by", "value_rounded", "value_class", "source",
                           "consumer", "mask_fill", *_DTYPE_FACTS}
 
+# Quantize and dequantize nodes' constant scales (quant_scale), scales computed as amax / k (dynamic_scale), and what
+# a block-scaled format does to a tensor block by block: weights (block_weight, --check-weights), activations in a
+# traced run (traced_blocks).
+FACT_NAMES["quant_scale"] = {"op", "consumer", "scale_source", "scale_dtype", "expected_dtype", "dtype_mismatch",
+                             "scale_count", "zero_count", "nan_count", "inf_count", "subnormal_count", "bad_count",
+                             "first_reader", "problem", "first_bad", "input_op", "quantizes", "quantized_to", "scale",
+                             "zeroed_below", *_DTYPE_FACTS}
+FACT_NAMES["dynamic_scale"] = {"op", "scale_name", "amax_node", "amax_op", "divisor", "reader", "reader_op", "inverse",
+                               *_DTYPE_FACTS}
+_BLOCK_FACTS = {"name", "source", "format", "block", "scale_format", "axis", "elements", "nonzero", "blocks", "zeroed_count", "zeroed_fraction",
+                "saturated_count", "owned_blocks", "owned_fraction", "worst_blocks", "scale_underflow_blocks",
+                "scale_saturated_blocks", "scale_nan_blocks", "worst_scale", "nan_count", "rel_error", *_DTYPE_FACTS}
+FACT_NAMES["block_weight"] = {"op", "consumer", *_BLOCK_FACTS}
+FACT_NAMES["traced_blocks"] = {"op", "value", "consumer", "samples", "output_rel_error", *_BLOCK_FACTS}
+
 # precaudit train's sites (precaudit/train makes them, from a training step)
 _REGIME = {"regime", "regime_summary", "low_dtype"}
 _FMT = set(FORMATS["fp32"].numbers())

@@ -3,7 +3,7 @@ reads, outside any norm."""
 
 from __future__ import annotations
 
-from ...dtypes import FORMATS
+from ...dtypes import COMPUTED, FORMATS
 from ...ir import Node, Value
 from ..canonical import producer
 from ..compute_dtype import DtypeResolver
@@ -27,7 +27,7 @@ def _stored_narrow(value: Value | None) -> bool:
                                                                        "Expand", "Constant") else None
     if value is not None and not value.is_const:
         return False
-    return value is not None and value.dtype in FORMATS and value.dtype not in ("fp32", "fp64")
+    return value is not None and value.dtype in COMPUTED and FORMATS[value.dtype].is_narrow
 
 
 def guarded_input(node: Node) -> Value | None:

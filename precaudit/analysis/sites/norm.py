@@ -40,7 +40,7 @@ def _norm_site(node: Node, spec: NormSpec, resolver: DtypeResolver) -> Site | No
     else:
         eps, source = spec.eps_default, f"attribute {spec.eps_attr} absent: default {spec.eps_default:g}"
     # a fused kernel chooses its own accumulation; a runtime model may say it squares in a narrow dtype
-    narrow = dtype.fact is not None and dtype.fmt.name not in ("fp32", "fp64")
+    narrow = dtype.fact is not None and dtype.fmt.is_narrow
     facts = {"norm": _family(node, spec), "op": node.op_type, "eps_source": source, "eps_role": spec.eps_role,
              "keep_hint": node.op_type, "eps_placement": spec.placement, "missing_note": "",
              "stat_dtype": dtype.fmt.long_name if narrow else None,

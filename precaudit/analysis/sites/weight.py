@@ -12,6 +12,7 @@ from ...ir import Graph, Node, Value
 from ..compute_dtype import ComputeDtype, DtypeResolver
 from ..constants import resolve_fill, resolve_scalar
 from .base import Site
+from .blocks import find_block_weight_sites
 from .facts import dtype_facts
 from .walks import feeds_softmax
 
@@ -27,7 +28,8 @@ def find_weight_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
     Reads the tensors one at a time and keeps only their numbers, so memory stays bounded by the largest one.
     A tensor is converted to the narrowest dtype any of its readers computes in (a Cast reader: the dtype it casts
     to); one read only by --keep-fp32 nodes, or by float32 islands, stays float32 and is skipped. Single-valued
-    constants are the constant sites' (PA209).
+    constants are the constant sites' (PA209). Weights a block-scaled format quantizes come as block_weight sites
+    (blocks.py).
     """
     sites, seen = [], set()
     for node in graph.nodes:
@@ -46,7 +48,7 @@ def find_weight_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
                      "consumer": reader.name, **weight_stats(data, dtype.fmt), **dtype_facts(dtype, resolver)}
             del data  # before the next tensor is read
             sites.append(Site("weight", reader, facts))
-    return sites
+    return sites + find_block_weight_sites(graph, resolver, _weight_data)
 
 
 def _mask_fill(value: Value) -> bool:
@@ -63,7 +65,7 @@ def _converted_by(value: Value, resolver: DtypeResolver) -> tuple[ComputeDtype, 
             dtype = ComputeDtype(fmt, f"Cast to {fmt.long_name} at node '{reader.name}'") if fmt is not None else None
         else:
             dtype = resolver.of_node(reader)
-        if dtype is None or dtype.fmt.name in ("fp32", "fp64"):
+        if dtype is None or dtype.fmt.wide:
             continue
         if best is None or _narrowness(dtype.fmt) < _narrowness(best[0].fmt):
             best = (dtype, reader)

@@ -1,0 +1,40 @@
+"""Whether a model is already stored in the target format (so its float16 constants are read, not converted)."""
+
+from __future__ import annotations
+
+from ..dtypes import Format
+from ..ir import Graph
+
+__all__ = ["stored_in_target"]
+
+# ops that move or retype data without computing on it: one of them on a float16 value (an fp32 model's output cast
+# to float16 and passed on) says nothing about where the model computes
+_MOVES = frozenset({"Cast", "CastLike", "Constant", "Identity", "Expand", "Reshape", "Unsqueeze", "Squeeze",
+                    "Transpose", "Flatten", "Slice", "Gather", "Concat", "Split"})
+
+
+def stored_in_target(graph: Graph, target: Format) -> bool:
+    """Whether the model is already stored in the target format: a float input in it, a node computing on an
+    activation and a constant stored in it, or most of its weights.
+
+    (Token-id models have no float input, so the weights decide; an fp32 model with one fp16 output does not
+    count as converted, nor does one that casts an activation to fp16 and back. A converter's model with its inputs
+    kept float32, keep_io_types=True, and most weights read by kept nodes, has neither: the nodes it converted
+    compute on activations and constants it stored in the target format.)
+    """
+    if any(v.dtype == target.name for v in graph.inputs):
+        return True
+    for node in graph.nodes:
+        if node.op_type in _MOVES:
+            continue
+        reads = [v for v in node.inputs if v is not None and v.dtype == target.name]
+        if any(v.is_const for v in reads) and any(not v.is_const for v in reads):
+            return True
+    sizes: dict[str, int] = {}
+    seen: set[int] = set()
+    for node in graph.nodes:
+        for v in node.inputs:
+            if v is not None and v.const_loader is not None and v.producer is None and id(v) not in seen:
+                seen.add(id(v))
+                sizes[v.dtype or ""] = sizes.get(v.dtype or "", 0) + (v.const_size or 1)
+    return sizes.get(target.name, 0) > sizes.get("fp32", 0)
