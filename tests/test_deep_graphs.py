@@ -228,7 +228,12 @@ def test_traced_chain_of_adds_into_log(engine, tmp_path, capsys):
     assert report["trace"][0]["nodes"][engine] == DEPTH + 2
     # relu sums are 0 wherever x < 0: log(0) = -inf there (PA904), the first non-finite value (PA906)
     assert _found(report) == [("PA301", "log"), ("PA904", "log"), ("PA906", "log")]
-    assert code == 1
+    # the inputs were synthesized: the traced findings are warnings that say so, and nothing fails the run
+    traced = [r for r in report["results"] if r["rule_id"] in ("PA904", "PA906")]
+    assert [r["severity"] for r in traced] == ["warning", "warning"]
+    assert all(r["message"].endswith("[on synthesized inputs only: a warning until your own --inputs show it]")
+               for r in traced)
+    assert code == 0
 
 
 # ---- nested control flow ----------------------------------------------------------------------------------
@@ -277,9 +282,10 @@ def test_nested_if_bodies(tmp_path, capsys):
     assert _found(report) == [("PA301", log)]
     pytest.importorskip("onnxruntime")
     code, report = _audit([model], "--trace", "--trace-engine", "onnxruntime", tmp_path=tmp_path, capsys=capsys)
-    assert report["errors"] == [] and code == 1
+    assert report["errors"] == [] and code == 0  # found on synthesized inputs: a warning, not a failed run
     assert report["trace"][0]["nodes"] == {"onnxruntime": 2, "numpy": 0}  # the whole nest runs in one session
     assert _found(report) == [("PA301", log), ("PA906", f"if{NESTING}")]
+    assert next(r["severity"] for r in report["results"] if r["rule_id"] == "PA906") == "warning"
 
 
 # ---- a ResNet-152-deep CNN ----------------------------------------------------------------------------------
