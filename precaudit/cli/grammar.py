@@ -21,8 +21,8 @@ import typer
 from typer.core import TyperGroup
 
 from ..options import AUTOCAST
-from .flags import (Baseline, Converter, Debug, Dim, Dtype, Engine, ExtendIgnore, ExtendSelect,
-                    FailOn, Ignore, InputDtype, InputShape, Inputs, KeepFp32, ListFormat, NoColor, NoFactories, Range,
+from .flags import (Baseline, Converter, Debug, Dim, Dtype, Engine, ExtendIgnore, ExtendSelect, FailOn, Ignore,
+                    InputDtype, InputShape, Inputs, Isolated, KeepFp32, ListFormat, NoColor, NoFactories, Range,
                     ReportFile, ReportFormat, Rules, RuntimeOpt, Samples, Seed, Select, Timeout, Trace, TrustPickle,
                     Version, _among, _checked, _for_targets)
 from .given import EXIT_ERROR, Given, UsageError
@@ -138,6 +138,7 @@ def check(
         "--write-baseline", metavar="FILE", help="Accept today's findings: write them to FILE and exit 0.")] = None,
     show_settings: Annotated[bool, typer.Option(
         "--show-settings", help="Print the resolved configuration and exit.")] = False,
+    isolated: Isolated = False,
     trace: Trace = False,
     check_weights: Annotated[bool | None, typer.Option(
         "--check-weights/--no-check-weights",
@@ -292,7 +293,7 @@ def train(
              "their own (default 1800; 0: no limit).")] = 1800.0,
     rules: Rules = [], select: Select = [], ignore: Ignore = [],
     report_format: ReportFormat = None, output: ReportFile = None, fail_on: FailOn = None, baseline: Baseline = None,
-    no_color: NoColor = False, debug: Debug = False,
+    isolated: Isolated = False, no_color: NoColor = False, debug: Debug = False,
 ) -> int:
     given = Given(locals())
     from .train import train as command
