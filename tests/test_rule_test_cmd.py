@@ -221,3 +221,20 @@ def test_an_override_of_a_built_in_rule_may_bring_its_own_examples(tmp_path, cap
     assert run([str(folder)], capsys) == (1, "FAIL PA101 eps-underflow (2 examples)\n"
                                              "  example 2 (fire.onnx): fired at 'ln', where it must not\n"
                                              "1 rule, 2 examples: 0 ok, 1 failed\n", "")
+
+
+def test_an_inputs_file_is_read_relative_to_the_rule_file(tmp_path, capsys, monkeypatch):
+    """--inputs in.npz names the folder's in.npz wherever precaudit test runs from (both spellings)."""
+    import numpy as np
+
+    folder = rule_dir(tmp_path, tests="  - {model: fire.onnx, args: [--trace, --inputs, data/in.npz], fires: [ln]}\n"
+                                      "  - {model: quiet.onnx, args: [--trace, --inputs=data/in.npz], fires: []}\n")
+    (folder / "data").mkdir()
+    np.savez(folder / "data" / "in.npz", x=np.ones((2, 4, 8), np.float32))
+    monkeypatch.chdir(tmp_path)
+    assert run(["org-rules"], capsys) == (0, "ok ORG001 eps-gone (2 examples)\n1 rule, 2 examples: 1 ok, 0 failed\n",
+                                          "")
+    (folder / "data" / "in.npz").unlink()
+    code, out, err = run(["org-rules"], capsys)
+    assert (code, out, err) == (2, "", "precaudit: org-rules/ORG001-eps-gone.yaml:9: rule ORG001: tests: example 1: "
+                                       "--inputs file 'data/in.npz': no such file\n")
