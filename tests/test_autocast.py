@@ -300,6 +300,7 @@ def test_traced_reason_names_the_policy(tmp_path):
     assert "autocast(cuda) runs matmul in float16" in json.dumps(overflow["values"])
 
 
+@pytest.mark.slow
 def test_t5_clamp_saves_half_but_not_autocast(tmp_path):
     """T5's feed-forward output beyond 65504: under .half() T5Block clamps the float16 residual stream; under
     autocast the stream is float32, the clamp is skipped and the inf from the float16 wo reaches the output."""

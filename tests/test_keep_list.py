@@ -210,6 +210,7 @@ def test_a_list_the_converter_turns_into_a_refused_model_is_not_the_answer(targe
     assert "node_block_list=['residual', 'norm']" in keep["snippet"]
 
 
+@pytest.mark.slow
 def test_a_model_over_2gb_with_external_data(tmp_path):
     """A static list never reads weights: a 2.2 GB external tensor (a sparse file here) costs nothing, and the
     snippets keep the weights in external data."""
