@@ -41,6 +41,9 @@ def test_case(module, case, engine, tmp_path):
                 assert want[1] in values[key], (key, values[key])
             else:
                 assert values[key] == pytest.approx(want) if isinstance(want, float) else values[key] == want, key
+    for (rule_id, node), message in case.messages.items():
+        assert [r["message"] for r in report["results"] if (r["rule_id"], r["node_name"]) == (rule_id, node)] == \
+            [message]
     has_error = any(r["severity"] == "error" for r in report["results"])
     assert code == (1 if has_error else 0)
 

@@ -39,10 +39,11 @@ FACT_NAMES["reduction"] = {"op", "input_op", "in_norm_chain", "reduction_length"
 FACT_NAMES["weight"] = {"op", "name", "source", "consumer", "elements", "nonzero", "absmax", "overflow_count",
                         "underflow_count", "underflow_fraction", "subnormal_fraction", *_DTYPE_FACTS}
 FACT_NAMES["pow"].add("exponent")
-# Sin and Cos of an angle made from integers (position x frequency); and a float that carries integers (a Range,
-# a CumSum of ones, a Cast of integer positions): how large the graph lets them get, against the format's spacing.
-FACT_NAMES["angle"] = {"op", "angle_from", "position_bound", "max_frequency", "angle_bound", "angle_bound_text",
-                       "angle_spacing", "coarse_from", *_DTYPE_FACTS}
+# Sin and Cos of an angle made from integers (position x frequency, or arithmetic on positions by constants:
+# angle_made says which); and a float that carries integers (a Range, a CumSum of ones, a Cast of integer
+# positions): how large the graph lets them get, against the format's spacing.
+FACT_NAMES["angle"] = {"op", "angle_from", "angle_made", "position_bound", "max_frequency", "angle_bound",
+                       "angle_bound_text", "angle_spacing", "coarse_from", *_DTYPE_FACTS}
 FACT_NAMES["integer_float"] = {"op", "integer_from", "int_bound", "bound_from", "exact_limit", *_DTYPE_FACTS}
 # An eps added to, or a floor (Max, Clip) on, what a division, a negative power, a Log or a Sqrt reads, outside any
 # norm: the site is the guard node, judged as a norm's eps is; guarded_class is the sign class of what it guards.
