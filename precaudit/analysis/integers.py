@@ -18,7 +18,7 @@ from .canonical import producer
 from .constants import resolve_scalar
 from .sites.reduction import reduction_length
 
-__all__ = ["IntegerSource", "integer_source", "angle_source", "Angle"]
+__all__ = ["IntegerSource", "integer_source", "angle_source", "Angle", "compared_by"]
 
 _FLOATS = COMPUTED
 _INTS = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64")
@@ -170,3 +170,25 @@ def _frequency(value: Value | None, made: Bounded, dims: dict[str, int] | None) 
         return None if math.isinf(size) else size
     return None
 
+
+# ops a mask's positions pass through on their way to the comparison that builds it
+_TO_COMPARISON = frozenset({"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Transpose", "Flatten",
+                            "Slice", "Concat", "Tile", "Add", "Sub", "Mul", "Div", "Neg"})
+_COMPARISONS = frozenset({"Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Equal"})
+
+
+def compared_by(node: Node, depth: int = 8) -> Node | None:
+    """The first comparison (Greater, Less, Equal ...) that reads the node's output within depth hops through moves,
+    casts and arithmetic, breadth first: positions compared to build a mask (a causal mask's i > j)."""
+    frontier, seen = [node], {id(node)}
+    for _ in range(depth):
+        step = []
+        for current in frontier:
+            for user in (u for out in current.outputs for u in out.consumers):
+                if user.op_type in _COMPARISONS:
+                    return user
+                if user.op_type in _TO_COMPARISON and id(user) not in seen:
+                    seen.add(id(user))
+                    step.append(user)
+        frontier = step
+    return None

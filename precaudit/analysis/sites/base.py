@@ -44,7 +44,9 @@ FACT_NAMES["pow"].add("exponent")
 # positions): how large the graph lets them get, against the format's spacing.
 FACT_NAMES["angle"] = {"op", "angle_from", "angle_made", "position_bound", "max_frequency", "angle_bound",
                        "angle_bound_text", "angle_spacing", "coarse_from", *_DTYPE_FACTS}
-FACT_NAMES["integer_float"] = {"op", "integer_from", "int_bound", "bound_from", "exact_limit", *_DTYPE_FACTS}
+# compared_by: the comparison that reads counted positions (a Range, a CumSum of ones) to build a mask
+FACT_NAMES["integer_float"] = {"op", "integer_from", "int_bound", "int_bound_text", "bound_from", "compared_by",
+                               "mask_note", "exact_limit", *_DTYPE_FACTS}
 # An eps added to, or a floor (Max, Clip) on, what a division, a negative power, a Log or a Sqrt reads, outside any
 # norm: the site is the guard node, judged as a norm's eps is; guarded_class is the sign class of what it guards.
 FACT_NAMES["guard"] = {"op", "guard_op", "reader", "reader_op", "guarded_class", "reader_input_class",
