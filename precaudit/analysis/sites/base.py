@@ -32,8 +32,8 @@ FACT_NAMES["div"] |= {"divisor_op", "divisor_class", "divisor_mask"}
 FACT_NAMES["reciprocal"] |= {"divisor_op", "divisor_class", "divisor_mask"}
 # Sums: how many elements each output adds up (unknown where a shape or the axes are), in which dtype.
 FACT_NAMES["reduction"] = {"op", "input_op", "in_norm_chain", "reduction_length", "reduction_axes", "swamp_length",
-                           "overflow_term", "exp_input", "exp_shifted", "exp_node", "sum_use", "exp_sum_overflow",
-                           "exp_terms", "exp_dtype", "exp_overflow", *_DTYPE_FACTS}
+                           "overflow_term", "exp_input", "exp_shifted", "exp_node", "exp_path", "sum_use",
+                           "exp_sum_overflow", "exp_terms", "exp_dtype", "exp_overflow", *_DTYPE_FACTS}
 # float32 weights (initializers, Constant tensors), measured against the dtype a conversion gives them: only with
 # --check-weights or --trace, the modes that read weights.
 FACT_NAMES["weight"] = {"op", "name", "source", "consumer", "elements", "nonzero", "absmax", "overflow_count",
