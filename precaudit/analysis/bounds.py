@@ -71,6 +71,7 @@ _PENDING = object()  # a value whose bounds need its operands'
 _MOVES = frozenset({"Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Transpose", "Expand", "Tile", "Slice",
                     "Gather", "GatherElements", "GatherND", "Split", "ReduceMax", "ReduceMin", "ReduceMean",
                     "Cast", "CastLike", "Concat", "Where", "Max", "Min"})
+_BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "MatMul"})
 _ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div", "Neg", "Abs", "Reciprocal", "Exp", "Pow", "MatMul", "Floor",
                          "Ceil", "Round", "Clip", "CumSum", "Range"})
 
@@ -225,7 +226,7 @@ def _dims(shape_node: Node, index: Value | None, dims: dict[str, int]) -> Bounde
 def _combine(node: Node, value: Value, operands: list[Bounded]) -> Bounded | None:
     """A node's bounds from its operands': the interval its op makes, and the positions it carries on (those with
     the fewest steps: the timestep, not the Range a frequency table is made from)."""
-    interval = _interval(node, [b.interval for b in operands])
+    interval = _interval(node, [b.interval for b in operands], value.dtype)
     if interval is None:
         return None
     sized_by = tuple(dict.fromkeys(s for b in operands for s in b.sized_by))
@@ -283,18 +284,20 @@ def _hull(ivs: list[Interval]) -> Interval:
     return Interval(min(i.lo for i in ivs), max(i.hi for i in ivs))
 
 
-def _interval(node: Node, ivs: list[Interval]) -> Interval | None:
-    """The interval of the values a node makes from operands in ivs (those _operands picks); None where the op's
-    values are none this module bounds (a Cast to a string)."""
+def _interval(node: Node, ivs: list[Interval], to: str | None) -> Interval | None:
+    """The interval of the values a node makes from operands in ivs (those _operands picks), its output of dtype
+    to; None where the op's values are none this module bounds (a Cast to a string, a malformed node)."""
     op = node.op_type
-    a = ivs[0] if ivs else UNBOUNDED
+    if not ivs or op in _BINARY and len(ivs) < 2:
+        return None
+    a = ivs[0]
     if op in ("Concat", "Where", "Range"):
         return _hull(ivs)
     if op in ("Max", "Min"):
         pick = max if op == "Max" else min
         return Interval(pick(i.lo for i in ivs), pick(i.hi for i in ivs))
-    if op == "Cast":
-        return _cast(node, a)
+    if op in ("Cast", "CastLike"):
+        return _cast(a, to)
     if op in _MOVES:
         return a
     if op == "Add":
@@ -325,25 +328,18 @@ def _interval(node: Node, ivs: list[Interval]) -> Interval | None:
     return None
 
 
-def _cast(node: Node, a: Interval) -> Interval | None:
-    """A Cast to a float keeps the values; to an integer type truncates them (within [floor, ceil]), or wraps
-    those its type cannot hold (unbounded then); to bool makes 0 or 1."""
-    from onnx import TensorProto, helper
+def _cast(a: Interval, to: str | None) -> Interval | None:
+    """A Cast (or CastLike) to a float keeps the values; to an integer type truncates them (within [floor, ceil]),
+    or wraps those its type cannot hold (unbounded then); to bool makes 0 or 1. to: the output's dtype name."""
+    import numpy as np
 
-    to = node.attr("to", 0)
-    if to == TensorProto.BOOL:
-        return Interval(0.0, 1.0)
-    try:
-        import numpy as np
-
-        kind = np.dtype(helper.tensor_dtype_to_np_dtype(to))
-    except Exception:
-        return None
-    if kind.kind == "f":
+    if to in _FLOATS:
         return a
-    if kind.kind not in "iu":
+    if to == "bool":
+        return Interval(0.0, 1.0)
+    if to not in _INTS:
         return None
-    info = np.iinfo(kind)
+    info = np.iinfo(to)
     lo = math.floor(a.lo) if math.isfinite(a.lo) else a.lo
     hi = math.ceil(a.hi) if math.isfinite(a.hi) else a.hi
     # an unbounded end stays so (the type's limit is no bound the graph fixes); a finite one past it wraps
