@@ -397,11 +397,22 @@ def _clip(node: Node, ivs: list[Interval]) -> Interval:
 def _cumsum(node: Node, a: Interval) -> Interval:
     """Partial sums of up to L terms in a (0 among them, for exclusive and reverse sums): L times a's ends, and 0;
     unbounded on a side a's terms push toward where L is not fixed."""
-    from .sites.reduction import reduction_length
-
-    length, _ = reduction_length(node)
+    length = _summed_length(node)
     if length:
         lo, hi = min(0.0, a.lo, _times(length, a.lo)), max(0.0, a.hi, _times(length, a.hi))
     else:
         lo, hi = (min(0.0, a.lo) if a.lo >= 0 else -math.inf), (max(0.0, a.hi) if a.hi <= 0 else math.inf)
     return _make(lo, hi)
+
+
+def _summed_length(cumsum: Node) -> int | None:
+    """The length of the axis a CumSum adds along, where the input's shape and the axis fix it."""
+    data, axis = cumsum.input(0), cumsum.input(1)
+    shape = data.shape if data is not None else None
+    if shape is None or axis is None or not axis.is_const:
+        return None
+    at = _constant(axis)
+    if at.lo != at.hi or not -len(shape) <= at.lo < len(shape):
+        return None
+    dim = shape[int(at.lo)]
+    return dim if isinstance(dim, int) and dim >= 0 else None
