@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from ..ir import Node, Value
+from ..ir import UNKNOWN, Node, Value
 
 __all__ = ["Interval", "Positions", "Bounded", "bounds_of", "UNBOUNDED"]
 
@@ -25,9 +26,9 @@ _INTS = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64
 _FLOATS = ("fp64", "fp32", "fp16", "bf16")
 
 
-@dataclass(frozen=True)
-class Interval:
-    """Every value lies in [lo, hi]; either end may be infinite (not bounded)."""
+class Interval(NamedTuple):
+    """Every value lies in [lo, hi]; either end may be infinite (not bounded). (Named tuples: a walk makes a few of
+    these per node, and a frozen dataclass costs several times as much to make.)"""
 
     lo: float
     hi: float
@@ -52,8 +53,7 @@ class Positions:
     made: bool  # already a float (an integer Range or input is made one by a Cast later)
 
 
-@dataclass(frozen=True)
-class Bounded:
+class Bounded(NamedTuple):
     """A value made from integers and constants: its interval, the positions it carries (None: constants and dims
     only), the float ops between those positions and it (steps: the op types that compute; chain: every node, for
     a keep-list), the --dim sizes the bounds rest on, and what left it unbounded (a symbolic dim, an input)."""
@@ -78,10 +78,29 @@ _ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div", "Neg", "Abs", "Reciprocal",
 
 def bounds_of(value: Value | None, dims: dict[str, int] | None = None) -> Bounded | None:
     """The bounds of a value made from integers and constants; None where it reads an activation, or lies more than
-    _MAX_NODES nodes from its sources. dims: the user's sizes of symbolic dims (--dim)."""
+    _MAX_NODES nodes from its sources (or from values already bounded). dims: the user's sizes of symbolic dims
+    (--dim). Each value's bounds are worked out once for the same dims (a Cos and a Sin share their angle, every
+    layer its positions) and kept on the value."""
     if value is None:
         return None
-    dims = dims or {}
+    key = tuple(sorted(dims.items())) if dims else ()
+    known = _known(value, key)
+    if known is not _PENDING:
+        return known  # type: ignore[return-value]
+    found = _evaluate(value, dims or {}, key)
+    value._bounds = (key, found)
+    return found
+
+
+def _known(value: Value, key: tuple) -> object:
+    """The bounds kept on a value for these dims, or _PENDING."""
+    kept = value._bounds
+    return kept[1] if kept is not UNKNOWN and kept[0] == key else _PENDING
+
+
+def _evaluate(value: Value, dims: dict[str, int], key: tuple) -> Bounded | None:
+    """bounds_of's walk: an explicit stack, each value's bounds once its operands' are known; every value bounded on
+    the way is kept on it."""
     memo: dict[int, Bounded] = {}
     expanded: set[int] = set()
     stack = [value]
@@ -90,7 +109,11 @@ def bounds_of(value: Value | None, dims: dict[str, int] | None = None) -> Bounde
         if id(current) in memo:
             stack.pop()
             continue
-        found = _leaf(current, dims)
+        found = _known(current, key)
+        if found is _PENDING:
+            found = _leaf(current, dims)
+            if found is not _PENDING:
+                current._bounds = (key, found)
         if found is None:
             return None  # an activation: every op here is strict in what it reads, so the value reads it too
         if found is not _PENDING:
@@ -99,17 +122,19 @@ def bounds_of(value: Value | None, dims: dict[str, int] | None = None) -> Bounde
             continue
         node = current.producer
         assert node is not None  # a value with no producer is a leaf
-        todo = [v for v in _operands(node) if id(v) not in memo]
+        operands = _operands(node)
+        todo = [v for v in operands if id(v) not in memo]
         if todo:
             if id(current) in expanded or len(expanded) >= _MAX_NODES:
                 return None  # a cycle (a hostile graph), or too deep to be position arithmetic
             expanded.add(id(current))
             stack += todo
             continue
-        combined = _combine(node, current, [memo[id(v)] for v in _operands(node)])
+        combined = _combine(node, current, [memo[id(v)] for v in operands])
         if combined is None:
             return None
         memo[id(current)] = combined
+        current._bounds = (key, combined)
         stack.pop()
     return memo[id(value)]
 
@@ -229,6 +254,11 @@ def _combine(node: Node, value: Value, operands: list[Bounded]) -> Bounded | Non
     interval = _interval(node, [b.interval for b in operands], value.dtype)
     if interval is None:
         return None
+    op = node.op_type
+    if len(operands) == 1 and op in _MOVES and op not in ("Cast", "CastLike"):  # most steps: the value moves on
+        b = operands[0]
+        made = b.positions is not None and b.positions.made
+        return Bounded(interval, b.positions, b.steps, b.chain + (node,) if made else b.chain, b.sized_by, b.open)
     sized_by = tuple(dict.fromkeys(s for b in operands for s in b.sized_by))
     open_ = next((b.open for b in operands if b.open), "")
     if not open_ and math.isinf(interval.magnitude):
@@ -238,7 +268,6 @@ def _combine(node: Node, value: Value, operands: list[Bounded]) -> Bounded | Non
     positions, steps = (base.positions, base.steps) if base is not None else (None, ())
     chain = tuple(dict.fromkeys(n for b in carriers for n in b.chain))
     is_float = value.dtype in _FLOATS
-    op = node.op_type
     if op == "Range" or op == "CumSum" and not carriers and operands and operands[0].interval.lo == \
             operands[0].interval.hi:
         kind = "Range" if op == "Range" else "CumSum of ones"
