@@ -21,4 +21,6 @@ class Case:
     args: tuple[str, ...] = ()
     # Expected values of findings, keyed by rule id: exact values, or ("contains", text) for strings.
     values: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The exact message of a finding, keyed by (rule id, node name): the words a user reads are part of the rule.
+    messages: dict[tuple[str, str], str] = field(default_factory=dict)
     command: str = "check"  # "train": build returns a training factory spec, audited by precaudit train

@@ -60,6 +60,10 @@ class FixtureExample:
         said += [f"{self.label}: no {rule_id} at '{node}'" for rule_id, node in sorted(self.case.expect - got)]
         said += [f"{self.label}: {rule_id} at '{node}', not expected" for rule_id, node in sorted(got - self.case.expect)]
         said += [f"{self.label}: {problem}" for problem in _value_problems(self.case.values, results)]
+        for (rule_id, node), message in sorted(self.case.messages.items()):
+            said_there = [r["message"] for r in results if (r["rule_id"], r["node_name"]) == (rule_id, node)]
+            if said_there != [message]:
+                said.append(f"{self.label}: {rule_id} at '{node}' says {said_there!r}, expected {message!r}")
         wanted = 1 if any(r["severity"] == "error" for r in results) else 0
         if code != wanted:
             said.append(f"{self.label}: exit code {code}, where its findings make {wanted}")
