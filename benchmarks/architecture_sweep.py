@@ -174,24 +174,6 @@ def export_one(name: str, folder: str, dynamic: bool) -> None:
 
 # ---- the census child: every mode of one export, through the Python API -------------------------------------
 
-# Which kind of model each architecture is, for the census summary (the position encoding and the norm decide which
-# rules can fire: RoPE's cos/sin, RMSNorm's mean of squares, a CNN's BatchNorm folded into its Conv).
-FAMILIES = {
-    "text encoder, LayerNorm (BERT-like)": ["BertModel", "DistilBertModel", "RobertaModel", "DebertaV2Model",
-                                            "ElectraModel", "MPNetModel", "AlbertModel", "XLMRobertaModel"],
-    "text decoder, learned or ALiBi positions": ["GPT2Model", "OPTModel", "BloomModel"],
-    "RoPE text, LayerNorm": ["ModernBertModel", "GPTNeoXModel", "FalconModel", "PhiModel", "StableLmModel",
-                             "CohereModel", "OlmoModel"],
-    "RoPE text, RMSNorm": ["LlamaModel", "MistralModel", "Qwen2Model", "Qwen3Model", "Phi3Model", "GemmaModel",
-                           "Gemma2Model", "GraniteModel"],
-    "T5 encoder (RMSNorm, relative bias)": ["T5EncoderModel", "MT5EncoderModel"],
-    "vision transformer": ["ViTModel", "DeiTModel", "BeitModel", "Dinov2Model", "CLIPVisionModel", "SwinModel",
-                           "LevitModel", "SegformerModel", "MobileViTModel"],
-    "vision CNN": ["ConvNextModel", "ConvNextV2Model", "ResNetModel", "MobileNetV2Model", "PoolFormerModel",
-                   "RegNetModel", "EfficientNetModel"],
-    "audio encoder": AUDIO,
-}
-FAMILY_OF = {name: family for family, names in FAMILIES.items() for name in names}
 CENSUS_TIMEOUT = 1800  # seconds one export's child may take for every mode (a hung trace must not stop the sweep)
 
 
@@ -343,7 +325,7 @@ def _census_child(model: Path) -> dict:
 
 
 def _row(name: str, exporter: str, values: dict) -> dict:
-    row = {"architecture": name, "family": FAMILY_OF.get(name, "other"), "exporter": exporter,
+    row = {"architecture": name, "family": census.FAMILY_OF.get(name, "other"), "exporter": exporter,
            **{k: v for k, v in values.items() if not k.startswith(("converter:", "runtime:"))}}
     row["converters"] = {c: values[f"converter:{c}"] for c in census.CONVERTERS}
     row["runtimes"] = {r: values[f"runtime:{r}"] for r in census.RUNTIMES}
@@ -400,7 +382,7 @@ def run_census(names: list[str], page: Path, jobs: int, folder: Path, subset: bo
         for exporter in ("torchscript", "dynamo"):
             verdict = status.get(exporter, status.get("build", "not run"))
             if verdict != "ok":
-                found.append({"architecture": name, "family": FAMILY_OF.get(name, "other"), "exporter": exporter,
+                found.append({"architecture": name, "family": census.FAMILY_OF.get(name, "other"), "exporter": exporter,
                               "not_exported": verdict})
                 continue
             found.append(_row(name, exporter, _census_child(folder / f"{name}-{exporter}.onnx")))

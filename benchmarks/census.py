@@ -15,12 +15,30 @@ from collections import Counter, defaultdict
 
 __all__ = ["escape_cell", "render", "read_data", "data_of", "differences", "CONVERTERS", "STATIC_DTYPES", "RUNTIMES",
            "DATA_START", "DATA_END", "verdict_of_converter",
-           "renders_itself"]
+           "renders_itself", "FAMILIES", "FAMILY_OF"]
 
 STATIC_DTYPES = ("fp16", "bf16", "fp8-e4m3")
 CONVERTERS = ("onnxconverter-common", "modelopt", "onnxruntime")
 # --runtime columns: the major runtimes (coreml audits the PyTorch module: coremltools converts modules, not ONNX)
 RUNTIMES = ("ort-cpu", "ort-cuda", "tensorrt", "openvino-cpu", "coreml")
+# Which kind of model each architecture is, for the census summary (the position encoding and the norm decide which
+# rules can fire: RoPE's cos/sin, RMSNorm's mean of squares, a CNN's BatchNorm folded into its Conv).
+FAMILIES = {
+    "text encoder, LayerNorm (BERT-like)": ["BertModel", "DistilBertModel", "RobertaModel", "DebertaV2Model",
+                                            "ElectraModel", "MPNetModel", "AlbertModel", "XLMRobertaModel"],
+    "text decoder, learned or ALiBi positions": ["GPT2Model", "OPTModel", "BloomModel"],
+    "RoPE text, LayerNorm": ["ModernBertModel", "GPTNeoXModel", "FalconModel", "PhiModel", "StableLmModel",
+                             "CohereModel", "OlmoModel"],
+    "RoPE text, RMSNorm": ["LlamaModel", "MistralModel", "Qwen2Model", "Qwen3Model", "Phi3Model", "GemmaModel",
+                           "Gemma2Model", "GraniteModel"],
+    "T5 encoder (RMSNorm, relative bias)": ["T5EncoderModel", "MT5EncoderModel"],
+    "vision transformer": ["ViTModel", "DeiTModel", "BeitModel", "Dinov2Model", "CLIPVisionModel", "SwinModel",
+                           "LevitModel", "SegformerModel", "MobileViTModel"],
+    "vision CNN": ["ConvNextModel", "ConvNextV2Model", "ResNetModel", "MobileNetV2Model", "PoolFormerModel",
+                   "RegNetModel", "EfficientNetModel"],
+    "audio encoder": ["Wav2Vec2Model", "HubertModel", "WhisperEncoder"],
+}
+FAMILY_OF = {name: family for family, names in FAMILIES.items() for name in names}
 DATA_START = "<!-- census-data"
 DATA_END = "census-data -->"
 VERSION_ORDER = ("python", "torch", "transformers", "onnx", "onnxscript", "onnxruntime", "onnxconverter-common",
