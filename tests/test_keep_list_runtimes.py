@@ -101,11 +101,7 @@ def test_tensorrt_on_a_converted_transformer_keeps_the_overflow_and_its_float16_
     float16 (it has no stash_type; safe, the default on synthesized inputs, keeps every static finding's nodes);
     minimal, it is the FFN's three. Run as printed, the written model holds the kept nodes reading float32 and
     onnxruntime runs it finite; keep-list's own run said the same."""
-    from onnxruntime.transformers.float16 import convert_float_to_float16
-
-    fp32 = ffn_overflow_transformer(tmp_path / "ffn32.onnx")
-    path = tmp_path / "ffn.onnx"
-    onnx.save(convert_float_to_float16(onnx.load(str(fp32)), keep_io_types=False), str(path))
+    path = _float16(ffn_overflow_transformer(tmp_path / "ffn32.onnx"), tmp_path / "ffn.onnx")
     code, keep = keep_json(tmp_path, path, "--for", "tensorrt", "--trace")
     listed = [n["name"] for n in keep["nodes"]]
     assert (code, listed) == (SYNTHESIZED, [*NORMS[:3], *FFN[:2], FFN[2], *NORMS[4:]])
@@ -116,6 +112,46 @@ def test_tensorrt_on_a_converted_transformer_keeps_the_overflow_and_its_float16_
     assert all(set(types[n]) == {TensorProto.FLOAT} for n in listed)
     code, cpu = keep_json(tmp_path, path, "--for", "tensorrt", "--trace", "--policy", "minimal")
     assert [n["name"] for n in cpu["nodes"]] == FFN
+
+
+def _float16(fp32: Path, path: Path) -> Path:
+    """The model converted to float16 with onnxruntime's converter, no list, float16 inputs and outputs."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    onnx.save(convert_float_to_float16(onnx.load(str(fp32)), keep_io_types=False), str(path))
+    return path
+
+
+def test_unnamed_nodes_are_named_by_the_snippet_before_the_casts(tmp_path):
+    """The converted transformer with its MatMuls and Adds unnamed: the list names them as precaudit does (op type
+    _ first output), and the printed snippet names them so before it casts; run as printed, exactly those nodes read
+    float32."""
+    path = _float16(ffn_overflow_transformer(tmp_path / "ffn32.onnx", names=False), tmp_path / "ffn.onnx")
+    code, keep = keep_json(tmp_path, path, "--for", "tensorrt", "--trace", "--policy", "minimal")
+    listed = ["MatMul_/layers.1/ffn/wo/MatMul_output_0", "Add_/layers.1/ffn/Add_output_0", FFN[2]]
+    assert (code, [n["name"] for n in keep["nodes"]], keep["unnamed_nodes"]) == (SYNTHESIZED, listed, True)
+    types = _input_types(_written(keep["snippet"], tmp_path / "run", "ffn.fp16.onnx"))
+    assert sorted(n for n, t in types.items() if t and set(t) == {TensorProto.FLOAT} and not n.endswith(
+        ("_to_fp32", "_cast_back"))) == sorted(listed)
+
+
+def test_a_kept_if_has_the_casts_written_into_its_bodies(tmp_path):
+    """An If kept by --keep-fp32 in a float16 graph: its outputs keep their type, and the nodes of both bodies are
+    cast around (the then-branch's MatMul reads x and W, the else-branch's Identity x, both from outside the body):
+    run as printed, onnx.checker accepts the model and each reads float32 inside its body."""
+    from tests.test_keep_list import _if_model
+
+    path = _float16(_if_model(tmp_path / "if32.onnx"), tmp_path / "if.onnx")
+    code, keep = keep_json(tmp_path, path, "--for", "tensorrt", "--keep-fp32", "if")
+    assert (code, [n["name"] for n in keep["nodes"]]) == (0, ["norm"])
+    assert list(keep["arguments"]["casts"]) == ["ident", "big_matmul", "norm"]
+    written = _written(keep["snippet"], tmp_path / "run", "if.fp16.onnx")
+    branch = {a.name: a.g for a in next(n for n in written.graph.node if n.op_type == "If").attribute}
+    assert [(n.op_type, n.name) for n in branch["then_branch"].node] == [
+        ("Cast", "big_matmul_to_fp32"), ("Cast", "big_matmul_to_fp32~1"), ("MatMul", "big_matmul"),
+        ("Cast", "big_matmul_cast_back")]
+    assert [(n.op_type, n.name) for n in branch["else_branch"].node] == [
+        ("Cast", "ident_to_fp32"), ("Identity", "ident"), ("Cast", "ident_cast_back")]
 
 
 def test_tensorrt_on_a_float32_model_is_onnxruntimes_converter_and_autocast(tmp_path):
