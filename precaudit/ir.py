@@ -140,6 +140,9 @@ class Graph:
     exporter: str = ""  # "torch-dynamo", "torch-torchscript", or the producer name: exporter facts depend on it
     module_eps: dict[str, str] = field(default_factory=dict)  # module path -> "LayerNorm.eps = 1e-12" (torch)
     converted_to: str | None = None  # a PyTorch module precaudit converted with model.to(dtype) before capture
+    # a PyTorch module's dynamo ONNX export: node name -> the torch.export node it was lowered from (torch-side
+    # keep-lists name those: Torch-TensorRT's nodes_to_exclude, coremltools' op names)
+    fx_names: dict[str, str] = field(default_factory=dict)
     # Every node reads only values defined before it (the ONNX frontend checks it as it builds): walking producers
     # never meets a cycle, so an analysis may walk only the inputs it needs (analysis/signs.py).
     acyclic: bool = False

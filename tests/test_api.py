@@ -118,7 +118,8 @@ def test_the_api_names_are_the_functions_after_every_subpackage_loads():
 
 DTYPES = "fp16, bf16, fp8-e4m3, fp8-e5m2, fp32, fp64, mxfp8, mxfp4, nvfp4"
 CONVERTERS = "plain, onnxconverter-common, onnxruntime, olive, modelopt"
-FOR = "onnxconverter-common, onnxruntime, olive, modelopt, openvino, pytorch, torch-tensorrt, modelopt-quant"
+FOR = ("onnxconverter-common, onnxruntime, olive, modelopt, openvino, pytorch, torch-tensorrt, modelopt-quant, tensorrt, "
+       "coreml, qnn, dml, webgpu")
 TRACE_FIELDS = "dims, engine, inputs, progress, ranges, samples, seed, timeout"
 PATH = "must be a path (str or os.PathLike)"
 PATHS = "must be a list of paths (str or os.PathLike)"

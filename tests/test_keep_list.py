@@ -248,7 +248,7 @@ def test_text_output(ffn_model, tmp_path):
     ((), "keep-list needs --for"),
     (("--for", "pytorch"), "--for pytorch does not apply to an ONNX model"),
     (("--for", "tvm"), "--for: must be one of onnxconverter-common, onnxruntime, olive, modelopt, openvino, pytorch, "
-                        "torch-tensorrt, modelopt-quant, got 'tvm'"),
+                        "torch-tensorrt, modelopt-quant, tensorrt, coreml, qnn, dml, webgpu, got 'tvm'"),
     (("--for", "onnxruntime", "--dtype", "bf16"), "converts to float16 only"),
 ])
 def test_usage_errors(ffn_model, args, message, capsys):

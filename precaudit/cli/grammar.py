@@ -201,7 +201,9 @@ def keep_list(
     target_for: Annotated[str | None, typer.Option(
         "--for", metavar="CONVERTER", autocompletion=_among(_for_targets),
         help="onnxconverter-common, onnxruntime, olive, modelopt, openvino (ONNX models); pytorch, torch-tensorrt (PyTorch "
-             "models); modelopt-quant (--dtype mxfp8|mxfp4|nvfp4: the nodes left unquantized).")] = None,
+             "models); modelopt-quant (--dtype mxfp8|mxfp4|nvfp4: the nodes left unquantized); a runtime, judged as "
+             "it computes: tensorrt, dml, webgpu (casts in the ONNX graph), qnn (the nodes to run on the CPU EP), "
+             "coreml (a coremltools op_selector, PyTorch models).")] = None,
     dtype: Dtype = None, keep_fp32: KeepFp32 = [], runtime: RuntimeOpt = None, rules: Rules = [],
     select: Select = [], ignore: Ignore = [], extend_select: ExtendSelect = [], extend_ignore: ExtendIgnore = [],
     trace: Annotated[bool, typer.Option("--trace", help="Verify the list by emulating the model (and grow it).")
