@@ -262,6 +262,7 @@ def _nested_ifs(path: Path) -> Path:
     return path
 
 
+@pytest.mark.requires("onnxruntime")
 def test_nested_if_bodies(tmp_path, capsys):
     from precaudit.frontends.onnx import load_onnx
     from precaudit.ir import body_nodes, implicit_inputs
@@ -280,7 +281,6 @@ def test_nested_if_bodies(tmp_path, capsys):
     code, report = _audit([model], tmp_path=tmp_path, capsys=capsys)
     assert report["errors"] == [] and code == 0
     assert _found(report) == [("PA301", log)]
-    pytest.importorskip("onnxruntime")
     code, report = _audit([model], "--trace", "--trace-engine", "onnxruntime", tmp_path=tmp_path, capsys=capsys)
     assert report["errors"] == [] and code == 0  # found on synthesized inputs: a warning, not a failed run
     assert report["trace"][0]["nodes"] == {"onnxruntime": 2, "numpy": 0}  # the whole nest runs in one session
@@ -331,7 +331,7 @@ _RESNET = textwrap.dedent('''
 
 @pytest.fixture
 def resnet_py(tmp_path) -> Path:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch")  # a fixture takes no marks: it skips as it is set up
     path = tmp_path / "model.py"
     path.write_text(_RESNET)
     return path
@@ -343,8 +343,9 @@ def _resnet_module(path: Path):
     return namespace["factory"]()
 
 
+@pytest.mark.requires("torch")
 def test_resnet_depth_cnn_onnx_export(resnet_py, tmp_path, capsys):
-    torch = pytest.importorskip("torch")
+    import torch
     import contextlib
     import io
     import warnings

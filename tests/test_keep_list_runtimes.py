@@ -252,13 +252,12 @@ SPEC = f"{Path(__file__).resolve().parent.parent}/fixtures/torch_src/hazards.py:
 KEPT_FX = ["mean", "sub", "pow_1", "mean_1", "sub_1", "add", "sqrt", "div"]
 
 
+@pytest.mark.requires("torch", "coremltools")
 def test_coreml_names_the_ops_by_the_torch_export_nodes_and_converts_here(tmp_path):
     """x - mean over a hand-written LayerNorm with eps 1e-12 (5.96e-8 in coremltools' float16): the whole chain,
     named as torch.export names the nodes. coremltools converts the printed snippet here: every op writing a listed
     value computes in float32 (the second x - mean is merged into the first by coremltools' passes: said); Core ML
     predicts on macOS only, so the check is not run to the end: exit 3."""
-    pytest.importorskip("torch")
-    pytest.importorskip("coremltools")
     code, keep = keep_json(tmp_path, SPEC, "--for", "coreml")
     assert (code, [n["name"] for n in keep["nodes"]], keep["runtime"]) == (SYNTHESIZED, KEPT_FX, "coreml@9.0")
     assert keep["arguments"] == {"op_selector_keeps": KEPT_FX}
@@ -292,8 +291,8 @@ def _converted_ops(snippet: str) -> dict[str, set[str]]:
     return found
 
 
+@pytest.mark.requires("torch")
 def test_coreml_without_coremltools_is_not_run(tmp_path, monkeypatch):
-    pytest.importorskip("torch")
     import importlib.util
 
     real = importlib.util.find_spec
