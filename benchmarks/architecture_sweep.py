@@ -41,9 +41,9 @@ import subprocess
 import sys
 import tempfile
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 import census  # benchmarks/census.py: the census page (this folder is on sys.path when the script runs)
 
@@ -120,7 +120,7 @@ def _build(name: str, dynamic: bool):
     cls = getattr(tf, name)
     config = cls.config_class()
     for key, value in {**SMALL, **SPECIAL.get(name, {})}.items():
-        if hasattr(config, key) or name in SPECIAL and key in SPECIAL[name]:
+        if hasattr(config, key) or (name in SPECIAL and key in SPECIAL[name]):
             with contextlib.suppress(Exception):
                 setattr(config, key, value)
     if dynamic and hasattr(config, "use_cache"):
@@ -334,9 +334,9 @@ def _row(name: str, exporter: str, values: dict) -> dict:
 
 def _meta(scope: str, seconds: float, jobs: int) -> dict:
     """What the rows were measured with: the versions, precaudit's commit, the machine, and the run's timing."""
-    import importlib.metadata as metadata
     import os
     import platform
+    from importlib import metadata
 
     import precaudit
 

@@ -13,9 +13,22 @@ import re
 import statistics
 from collections import Counter, defaultdict
 
-__all__ = ["escape_cell", "render", "read_data", "data_of", "differences", "CONVERTERS", "STATIC_DTYPES", "RUNTIMES",
-           "DATA_START", "DATA_END", "verdict_of_converter",
-           "renders_itself", "FAMILIES", "FAMILY_OF"]
+__all__ = [
+    "CONVERTERS",
+    "DATA_END",
+    "DATA_START",
+    "FAMILIES",
+    "FAMILY_OF",
+    "RUNTIMES",
+    "STATIC_DTYPES",
+    "data_of",
+    "differences",
+    "escape_cell",
+    "read_data",
+    "render",
+    "renders_itself",
+    "verdict_of_converter",
+]
 
 STATIC_DTYPES = ("fp16", "bf16", "fp8-e4m3")
 CONVERTERS = ("onnxconverter-common", "modelopt", "onnxruntime")
@@ -242,7 +255,7 @@ def headline(rows: list[dict], rules: dict) -> list[str]:
     """Each rule that fires anywhere, per dtype: on how many exports, and in which families."""
     audited = _audited(rows)
     lines = []
-    for mode in STATIC_DTYPES + ("trace",):
+    for mode in (*STATIC_DTYPES, "trace"):
         label = "traced fp16" if mode == "trace" else mode
         fired = _fired(audited, mode)
         if not fired:
@@ -334,7 +347,7 @@ def summary(rows: list[dict], rules: dict | None = None) -> list[str]:
         total = len(members)
         lines.append(f"- **{escape_cell(family)}** ({total} exports: "
                      f"{escape_cell(', '.join(dict.fromkeys(r['architecture'] for r in members)))})")
-        for mode in STATIC_DTYPES + ("trace",):
+        for mode in (*STATIC_DTYPES, "trace"):
             label = "traced fp16" if mode == "trace" else mode
             lines.append(f"    - {label}: {_rule_list(_fired(members, mode), total)}")
         extra = [_converter_line(members), _keep_list_line(members), _fix_line(members)]

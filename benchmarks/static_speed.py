@@ -24,6 +24,7 @@ precaudit's sources again, about 50 ms (onnx, installed, has its bytecode). --no
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from llama_onnx import SHAPES, LlamaShape, write_llama  # noqa: E402
+from llama_onnx import SHAPES, LlamaShape, write_llama
 
 _PEAK = ("next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:'))")
 _FLOOR = f"import onnx, sys; onnx.load(sys.argv[1], load_external_data=False); print({_PEAK})"
@@ -140,7 +141,7 @@ def main() -> int:
         print(f"{largest_label} --runtime {runtime:14s}: {wall:5.2f} s {rss:4.0f} MB, "
               f"{wall / plain:5.3f}x the audit without --runtime ({plain:.2f} s, measured again alongside)")
     llama = rows[:-3]  # linearity: what each added node costs between consecutive sizes of the same graph
-    for (n0, t0), (n1, t1) in zip(llama, llama[1:]):
+    for (n0, t0), (n1, t1) in itertools.pairwise(llama):
         print(f"{n0} -> {n1} nodes: {(t1 - t0) / (n1 - n0) * 1e6:.0f} us per added node")
     return 0
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Value", "Node", "Graph", "implicit_inputs", "generated_name", "duplicate_renames", "body_nodes", "CONST_CACHE_BYTES", "UNKNOWN"]
+__all__ = ["CONST_CACHE_BYTES", "UNKNOWN", "Graph", "Node", "Value", "body_nodes", "duplicate_renames", "generated_name", "implicit_inputs"]
 
 # What a memo slot of a Value holds until its fact is first worked out (analysis/constants.py).
 UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN", "__slots__": ()})()
@@ -24,13 +25,28 @@ class Value:
     the first time it is asked for, and most values' shapes never are.
     """
 
-    __slots__ = ("name", "dtype", "dtype_note", "_shape", "producer", "consumers", "is_graph_input", "parent",
-                 "const_loader", "const_origin", "const_size", "_const_cache", "_scalar", "_constant", "_fill",
-                 "_bounds")
+    __slots__ = (
+        "_bounds",
+        "_const_cache",
+        "_constant",
+        "_fill",
+        "_scalar",
+        "_shape",
+        "const_loader",
+        "const_origin",
+        "const_size",
+        "consumers",
+        "dtype",
+        "dtype_note",
+        "is_graph_input",
+        "name",
+        "parent",
+        "producer",
+    )
 
     def __init__(self, name: str, dtype: str | None = None, dtype_note: str | None = None, shape: Any = None,
-                 producer: "Node | None" = None, consumers: list["Node"] | None = None, is_graph_input: bool = False,
-                 parent: "Node | None" = None, const_loader: Callable[[], np.ndarray | None] | None = None,
+                 producer: Node | None = None, consumers: list[Node] | None = None, is_graph_input: bool = False,
+                 parent: Node | None = None, const_loader: Callable[[], np.ndarray | None] | None = None,
                  const_origin: str | None = None, const_size: int | None = None, _const_cache: Any = None):
         self.name = name
         # canonical format name ("fp16", "fp32", ...) for floats, numpy name otherwise
@@ -116,8 +132,8 @@ class Node:
     # If/Loop/Scan bodies as the ONNX file holds them (their nodes are also in Graph.nodes, with a subgraph_path):
     # traced mode hands them to onnxruntime whole
     bodies: dict[str, Any] = field(default_factory=dict)
-    body_nodes: dict[str, list["Node"]] = field(default_factory=dict, repr=False)  # per body, its own nodes in order
-    parent: "Node | None" = field(default=None, repr=False)  # the control-flow node whose body holds this node
+    body_nodes: dict[str, list[Node]] = field(default_factory=dict, repr=False)  # per body, its own nodes in order
+    parent: Node | None = field(default=None, repr=False)  # the control-flow node whose body holds this node
     # the file gives it no name: precaudit named it (generated_name below), and a snippet names it so first
     unnamed: bool = False
 

@@ -13,8 +13,8 @@ import pytest
 
 import precaudit
 from fixtures import fix_models
-from fixtures.onnx_builders import fused_norm, save
 from fixtures.keep_list_models import ffn_overflow_transformer
+from fixtures.onnx_builders import fused_norm, save
 from precaudit.cli import main
 from tests.helpers import SCHEMA
 
@@ -55,6 +55,7 @@ def test_a_model_proto_is_audited_by_name_and_writes_nothing(tmp_path, monkeypat
 @pytest.mark.requires("torch")
 def test_an_nn_module_with_example_inputs(tmp_path, monkeypatch):
     import torch
+
     from fixtures.torch_src.hazards import HandLayerNorm
 
     monkeypatch.chdir(tmp_path)
@@ -76,7 +77,7 @@ def test_an_nn_module_with_example_inputs(tmp_path, monkeypatch):
 def test_errors_raise_or_are_entries(tmp_path):
     with pytest.raises(precaudit.InputError, match="unknown dtype 'fp12'"):
         precaudit.audit(str(EXAMPLE), dtype="fp12")
-    with pytest.raises(precaudit.InputError, match="expected a path, a list of paths, an onnx.ModelProto or a torch"):
+    with pytest.raises(precaudit.InputError, match=r"expected a path, a list of paths, an onnx\.ModelProto or a torch"):
         precaudit.audit(42)
     report = precaudit.audit(str(tmp_path / "missing.onnx"))
     assert report.exit_code == 2 and [e.problem for e in report.errors] == ["no such file"]

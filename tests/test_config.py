@@ -101,7 +101,7 @@ def test_show_settings_escapes_what_the_config_says(project, capsys):
                        'per-node-ignores = {"enc\\u001b]0;title\\u0007" = ["PA102"]}')
     assert main(["--show-settings"]) == 0
     out = capsys.readouterr().out
-    assert not any(ord(c) < 0x20 and c != "\n" or c == "\u202e" for c in out)
+    assert not any((ord(c) < 0x20 and c != "\n") or c == "\u202e" for c in out)
     lines = {line.split("=")[0].strip(): line for line in out.splitlines()[1:]}
     assert len(out.splitlines()) == len(lines) + 1
     value = lambda key: tomllib.loads("v = " + lines[key].split(" = ", 1)[1].rsplit("#", 1)[0])["v"]  # noqa: E731

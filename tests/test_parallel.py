@@ -85,7 +85,7 @@ def test_an_unexpected_failure_is_that_models_error(models, tmp_path, capsys, mo
     models are audited and reported, exit 2, one line naming the model."""
     import json
 
-    import precaudit.audit_models as audit_models
+    from precaudit import audit_models
 
     real = audit_models.collect_sites
 

@@ -10,11 +10,20 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from precaudit.checkpoint import scan
 from precaudit.checkpoint import header as header_module
+from precaudit.checkpoint import scan
 from precaudit.checkpoint import scanner as scan_module
-from tests.scales_checkpoints import (codes, compressed_nvfp4, compressed_w4a16, gpt_oss_mxfp4, modelopt_fp8,
-                                      modelopt_nvfp4, named, torchao_mxfp8, write)
+from tests.scales_checkpoints import (
+    codes,
+    compressed_nvfp4,
+    compressed_w4a16,
+    gpt_oss_mxfp4,
+    modelopt_fp8,
+    modelopt_nvfp4,
+    named,
+    torchao_mxfp8,
+    write,
+)
 
 NVFP4_CONFIG = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "ignore": ["lm_head"]}
 CT_NVFP4_CONFIG = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "ignore": ["lm_head"],

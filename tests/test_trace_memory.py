@@ -38,7 +38,7 @@ from precaudit.trace.sites import _absmax_reaches
 from tests.helpers import assert_traced_alike, run_cli_process
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from llama_onnx import LlamaShape, write_llama  # noqa: E402
+from llama_onnx import LlamaShape, write_llama
 
 pytest.importorskip("onnxruntime")
 

@@ -86,7 +86,7 @@ def test_the_square_overflow_is_found_by_onnxruntime_casts(tmp_path):
     by_name = {v.name: emulator.stats[id(v)] for n in graph.nodes for v in n.outputs if id(v) in emulator.stats}
     assert by_name["sq"].nonfinite == 16 and by_name["sq"].absmax == 90000.0
     assert by_name["act"].nonfinite == 0
-    code, report = run_json([path], "--trace", "--trace-engine", "onnxruntime", "--inputs", str(tmp_path / "x.npz"),
+    _code, report = run_json([path], "--trace", "--trace-engine", "onnxruntime", "--inputs", str(tmp_path / "x.npz"),
                             "--select", "PA9", out_dir=tmp_path)
     assert {(r["rule_id"], r["node_name"]) for r in report["results"]} == {("PA901", "sq"), ("PA906", "sq")}
 

@@ -109,7 +109,7 @@ def test_several_npz_files_are_several_batches(tmp_path, rms):
     quiet, loud = tmp_path / "quiet.npz", tmp_path / "loud.npz"
     np.savez(quiet, x=np.ones((2, 8), np.float32))
     np.savez(loud, x=np.full((2, 8), 300.0, np.float32))
-    code, report = run_json([rms], "--trace", "--select", "PA901", "--inputs", str(quiet), "--inputs", str(loud),
+    _code, report = run_json([rms], "--trace", "--select", "PA901", "--inputs", str(quiet), "--inputs", str(loud),
                             out_dir=tmp_path)
     (finding,) = report["results"]
     assert (finding["node_name"], finding["values"]["elements"], finding["values"]["samples"]) == ("sq", 32, 2)

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from ..ir import UNKNOWN, Node, Value
 
-__all__ = ["Interval", "Positions", "Bounded", "bounds_of", "UNBOUNDED"]
+__all__ = ["UNBOUNDED", "Bounded", "Interval", "Positions", "bounds_of"]
 
 _MAX_NODES = 200  # a RoPE chain is 10 to 30 nodes, a dim's arithmetic a few; deeper is no position arithmetic
 _MAX_CONST = 1 << 16  # a constant read for its range (a frequency table); larger ones are weights
@@ -258,7 +258,7 @@ def _combine(node: Node, value: Value, operands: list[Bounded]) -> Bounded | Non
     if len(operands) == 1 and op in _MOVES and op not in ("Cast", "CastLike"):  # most steps: the value moves on
         b = operands[0]
         made = b.positions is not None and b.positions.made
-        return Bounded(interval, b.positions, b.steps, b.chain + (node,) if made else b.chain, b.sized_by, b.open)
+        return Bounded(interval, b.positions, b.steps, (*b.chain, node) if made else b.chain, b.sized_by, b.open)
     sized_by = tuple(dict.fromkeys(s for b in operands for s in b.sized_by))
     open_ = next((b.open for b in operands if b.open), "")
     if not open_ and math.isinf(interval.magnitude):
@@ -268,8 +268,8 @@ def _combine(node: Node, value: Value, operands: list[Bounded]) -> Bounded | Non
     positions, steps = (base.positions, base.steps) if base is not None else (None, ())
     chain = tuple(dict.fromkeys(n for b in carriers for n in b.chain))
     is_float = value.dtype in _FLOATS
-    if op == "Range" or op == "CumSum" and not carriers and operands and operands[0].interval.lo == \
-            operands[0].interval.hi:
+    if op == "Range" or (op == "CumSum" and not carriers and operands and operands[0].interval.lo == \
+            operands[0].interval.hi):
         kind = "Range" if op == "Range" else "CumSum of ones"
         positions = Positions(node if is_float else None, kind if is_float else f"an integer {kind}", interval,
                               is_float)
@@ -317,7 +317,7 @@ def _interval(node: Node, ivs: list[Interval], to: str | None) -> Interval | Non
     """The interval of the values a node makes from operands in ivs (those _operands picks), its output of dtype
     to; None where the op's values are none this module bounds (a Cast to a string, a malformed node)."""
     op = node.op_type
-    if not ivs or op in _BINARY and len(ivs) < 2:
+    if not ivs or (op in _BINARY and len(ivs) < 2):
         return None
     a = ivs[0]
     if op in ("Concat", "Where", "Range"):
@@ -329,25 +329,10 @@ def _interval(node: Node, ivs: list[Interval], to: str | None) -> Interval | Non
         return _cast(a, to)
     if op in _MOVES:
         return a
-    if op == "Add":
-        return _make(a.lo + ivs[1].lo, a.hi + ivs[1].hi)
-    if op == "Sub":
-        return _make(a.lo - ivs[1].hi, a.hi - ivs[1].lo)
-    if op == "Mul":
-        return _product(a, ivs[1])
-    if op in ("Div", "Reciprocal"):
-        inverse = _inverse(ivs[1] if op == "Div" else a)
-        return UNBOUNDED if inverse is None else _product(Interval(1, 1) if op == "Reciprocal" else a, inverse)
-    if op == "Neg":
-        return Interval(-a.hi, -a.lo)
-    if op == "Abs":
-        return Interval(0.0 if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi)), a.magnitude)
-    if op in ("Floor", "Ceil", "Round"):
-        return _make(math.floor(a.lo) if math.isfinite(a.lo) else a.lo, math.ceil(a.hi) if math.isfinite(a.hi) else a.hi)
-    if op == "Exp":
-        return Interval(_exp(a.lo) if a.lo > -math.inf else 0.0, _exp(a.hi))
-    if op == "Pow":
-        return _power(a, ivs[1])
+    if op in ("Add", "Sub", "Mul", "Div", "Pow"):
+        return _arithmetic(op, a, ivs[1])
+    if op in ("Reciprocal", "Neg", "Abs", "Floor", "Ceil", "Round", "Exp"):
+        return _elementwise(op, a)
     if op == "MatMul":
         return _matmul(node, a, ivs[1])
     if op == "Clip":
@@ -355,6 +340,34 @@ def _interval(node: Node, ivs: list[Interval], to: str | None) -> Interval | Non
     if op == "CumSum":
         return _cumsum(node, a)
     return None
+
+
+def _arithmetic(op: str, a: Interval, b: Interval) -> Interval:
+    """a op b for the binary arithmetic ops: Add, Sub, Mul, Div and Pow."""
+    if op == "Add":
+        return _make(a.lo + b.lo, a.hi + b.hi)
+    if op == "Sub":
+        return _make(a.lo - b.hi, a.hi - b.lo)
+    if op == "Mul":
+        return _product(a, b)
+    if op == "Div":
+        inverse = _inverse(b)
+        return UNBOUNDED if inverse is None else _product(a, inverse)
+    return _power(a, b)
+
+
+def _elementwise(op: str, a: Interval) -> Interval:
+    """op(a) for the one-operand ops: Reciprocal, Neg, Abs, Floor, Ceil, Round and Exp."""
+    if op == "Reciprocal":
+        inverse = _inverse(a)
+        return UNBOUNDED if inverse is None else inverse
+    if op == "Neg":
+        return Interval(-a.hi, -a.lo)
+    if op == "Abs":
+        return Interval(0.0 if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi)), a.magnitude)
+    if op == "Exp":
+        return Interval(_exp(a.lo) if a.lo > -math.inf else 0.0, _exp(a.hi))
+    return _make(math.floor(a.lo) if math.isfinite(a.lo) else a.lo, math.ceil(a.hi) if math.isfinite(a.hi) else a.hi)
 
 
 def _cast(a: Interval, to: str | None) -> Interval | None:
@@ -372,7 +385,7 @@ def _cast(a: Interval, to: str | None) -> Interval | None:
     lo = math.floor(a.lo) if math.isfinite(a.lo) else a.lo
     hi = math.ceil(a.hi) if math.isfinite(a.hi) else a.hi
     # an unbounded end stays so (the type's limit is no bound the graph fixes); a finite one past it wraps
-    wraps = math.isfinite(lo) and lo < info.min or math.isfinite(hi) and hi > info.max
+    wraps = (math.isfinite(lo) and lo < info.min) or (math.isfinite(hi) and hi > info.max)
     return UNBOUNDED if wraps else Interval(lo, hi)
 
 

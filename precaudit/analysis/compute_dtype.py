@@ -328,7 +328,7 @@ class DtypeResolver:
             return ComputeDtype(fmt, f"{runtime.label}: {fused.fact.says}", held.clamp,
                                 stored=held.stored or (held.fmt if fmt is not held.fmt else None), fact=fused.fact)
         kernel = runtime.kernel(node, held.fmt, self.graph)
-        if kernel is None or (kernel.compute is None or kernel.compute == held.fmt.name) and not kernel.converts:
+        if kernel is None or ((kernel.compute is None or kernel.compute == held.fmt.name) and not kernel.converts):
             return held
         fmt = FORMATS[kernel.compute or held.fmt.name]
         stored = None if kernel.keeps_constants else held.stored or (held.fmt if fmt is not held.fmt else None)
@@ -401,7 +401,7 @@ class DtypeResolver:
             live = [v for v in reads if not is_constant(v)]
             # A mask bias built from constants (Where(mask, 0, -inf), a ConstantOfShape fill) is no activation.
             op = node.op_type
-            if op in _FILLS or reads and op not in _LOOKUPS and fills.issuperset(map(id, live)):
+            if op in _FILLS or (reads and op not in _LOOKUPS and fills.issuperset(map(id, live))):
                 fills.update(id(out) for out in node.outputs)
             if op == "Cast":
                 origin = self._cast_origin(node)
@@ -447,12 +447,12 @@ class DtypeResolver:
                     break
                 if carried is None:
                     carried = origin
-        if carried is None or carried.kind == "island" and carried.to == self.target.name:
+        if carried is None or (carried.kind == "island" and carried.to == self.target.name):
             return carried  # (in an audit at float32 an island has no narrower dtype to end in)
         island = carried.kind == "island"
         fills = self._fills
         for value, origin in zip(reads, origins):
-            if origin is not None and (origin.kind == "island") == island or id(value) in fills \
+            if (origin is not None and (origin.kind == "island") == island) or id(value) in fills \
                     or value.dtype != carried.to:
                 continue
             dtype = self._stored(value)

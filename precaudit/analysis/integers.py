@@ -18,7 +18,7 @@ from .canonical import producer
 from .constants import resolve_scalar
 from .sites.reduction import reduction_length
 
-__all__ = ["IntegerSource", "integer_source", "angle_source", "Angle", "compared_by"]
+__all__ = ["Angle", "IntegerSource", "angle_source", "compared_by", "integer_source"]
 
 _FLOATS = COMPUTED
 _INTS = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64")

@@ -245,7 +245,7 @@ class SignAnalysis:
 
 def _mask_input(value: Value) -> bool:
     """A bool graph input, or a numeric one named like a mask."""
-    return value.dtype == "bool" or value.dtype is not None and is_mask_name(value.name)
+    return value.dtype == "bool" or (value.dtype is not None and is_mask_name(value.name))
 
 
 def _const_value(value: Value) -> float | None:

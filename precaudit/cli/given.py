@@ -10,7 +10,7 @@ if TYPE_CHECKING:  # the heavy modules load only when a command needs them
     from ..config import Settings
     from ..options import TorchOptions, TraceOptions
 
-__all__ = ["Given", "UsageError", "bad_value", "split", "EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_ERROR"]
+__all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_FINDINGS", "Given", "UsageError", "bad_value", "split"]
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 

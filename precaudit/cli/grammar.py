@@ -22,16 +22,48 @@ import typer
 from typer.core import TyperGroup
 
 from ..options import AUTOCAST
-from .flags import (Baseline, Converter, Debug, Dim, Dtype, Engine, ExtendIgnore, ExtendSelect, FailOn, Ignore,
-                    InputDtype, InputShape, Inputs, Isolated, KeepFp32, ListFormat, Many, NoColor, NoFactories, Range,
-                    ReportFile, ReportFormat, Rules, RuntimeOpt, Samples, Seed, Select, Timeout, Trace, TrustPickle,
-                    Version, _among, _checked, _for_targets)
+from .flags import (
+    Baseline,
+    Converter,
+    Debug,
+    Dim,
+    Dtype,
+    Engine,
+    ExtendIgnore,
+    ExtendSelect,
+    FailOn,
+    Ignore,
+    InputDtype,
+    Inputs,
+    InputShape,
+    Isolated,
+    KeepFp32,
+    ListFormat,
+    Many,
+    NoColor,
+    NoFactories,
+    Range,
+    ReportFile,
+    ReportFormat,
+    Rules,
+    RuntimeOpt,
+    Samples,
+    Seed,
+    Select,
+    Timeout,
+    Trace,
+    TrustPickle,
+    Version,
+    _among,
+    _checked,
+    _for_targets,
+)
 from .given import EXIT_ERROR, Given, UsageError
 
 if TYPE_CHECKING:  # the base class's own types (typer.Context is a subclass of click's)
     from typer._click import Context, HelpFormatter
 
-__all__ = ["app", "run", "DefaultCommandGroup"]
+__all__ = ["DefaultCommandGroup", "app", "run"]
 
 PROG = "precaudit"
 DESCRIPTION = "Precision audit for ML models: where will this graph lose its numbers in fp16, bf16 or fp8?"

@@ -3,7 +3,8 @@ its Python fixture cases) and say, rule by rule, whether each holds: 0 all hold,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .given import EXIT_CLEAN, EXIT_FINDINGS, Given, UsageError, split
 from .output import write_stdout

@@ -26,7 +26,7 @@ from ..ir import Graph
 from .model import ELEM_OF
 from .plan import EXACT, Repair
 
-__all__ = ["Comparison", "OutputDiff", "Emulated", "compare", "emulated", "stored_narrow"]
+__all__ = ["Comparison", "Emulated", "OutputDiff", "compare", "emulated", "stored_narrow"]
 
 _NARROW = (T.FLOAT16, T.BFLOAT16)
 
@@ -219,7 +219,7 @@ def _region(fixed_nodes: list[onnx.NodeProto], repairs: list[Repair], i: int,
         if name in others or (not reads_mine and reads & other_values):
             if name not in original_nodes:
                 continue  # another repair's own node: not in this repair's model
-            n = original_nodes[name]
+            n = original_nodes[name]  # noqa: PLW2901 -- the original of a node this repair's model also has
         if reads & descend or any(text(o) in mine_values for o in n.output):
             descend.update(text(o) for o in n.output if o)
             region.append(n)
@@ -235,8 +235,8 @@ def _renamed_copies(region: list[onnx.NodeProto], tag: str, made: set[str], know
     for source in region:
         node = onnx.NodeProto()
         node.CopyFrom(source)
-        for j, x in enumerate(node.input):
-            x = text(x)
+        for j, raw in enumerate(node.input):
+            x = text(raw)
             if x in made:
                 node.input[j] = x + tag
             elif x not in known:
@@ -296,7 +296,7 @@ def _session(model: onnx.ModelProto, path: str, types: dict[str, str | None], in
     made = {text(o) for n in m.graph.node for o in n.output}
     fetch = []
     for name in sorted(wanted):
-        if name in inputs or name not in made and name not in present:
+        if name in inputs or (name not in made and name not in present):
             continue
         if name not in present:
             elem = ELEM_OF.get(types.get(name) or "", 0) or _elem_of_numpy(types.get(name))

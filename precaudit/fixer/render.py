@@ -14,7 +14,7 @@ from .check import Emulated
 if TYPE_CHECKING:
     from .run import FixResult
 
-__all__ = ["render_text", "render_json", "SCHEMA_VERSION"]
+__all__ = ["SCHEMA_VERSION", "render_json", "render_text"]
 
 SCHEMA_VERSION = 1
 

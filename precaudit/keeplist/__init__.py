@@ -10,8 +10,9 @@ until the outputs are finite and within the tolerance, then drops what is not ne
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ..analysis.compute_dtype import DtypeResolver
 from ..audit_models import static_matches

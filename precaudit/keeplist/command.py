@@ -13,7 +13,7 @@ from ..options import check_choice, check_int, check_number
 if TYPE_CHECKING:
     from ..context import Audit
 
-__all__ = ["keep_list_report", "build_checked", "check_printed"]
+__all__ = ["build_checked", "check_printed", "keep_list_report"]
 
 
 def keep_list_report(audit: Audit, model: str, target_for: str | None, tolerance: float, max_runs: int,

@@ -7,15 +7,14 @@ import re
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
-from ..converters import KeepArgs
-from ..converters import modelopt, onnxconverter_common, onnxruntime, openvino, pytorch
+from ..converters import KeepArgs, modelopt, onnxconverter_common, onnxruntime, openvino, pytorch
 from ..escape import exact_regex, printable
 from ..ir import Node, duplicate_renames
 
 if TYPE_CHECKING:
     from . import KeepList
 
-__all__ = ["render_text", "render_json", "raw_name", "is_unnamed", "keep_args"]
+__all__ = ["is_unnamed", "keep_args", "raw_name", "render_json", "render_text"]
 
 SCHEMA_VERSION = 1
 

@@ -25,8 +25,15 @@ if TYPE_CHECKING:
     from . import KeepList
     from .snippet_run import Written
 
-__all__ = ["RUNTIME_OF", "CAST_TARGETS", "deployment_for", "converter_after_load", "written_check", "paste",
-           "arguments"]
+__all__ = [
+    "CAST_TARGETS",
+    "RUNTIME_OF",
+    "arguments",
+    "converter_after_load",
+    "deployment_for",
+    "paste",
+    "written_check",
+]
 
 # --for → the runtime it keeps nodes for (as --runtime spells it)
 RUNTIME_OF = {"tensorrt": "tensorrt", "coreml": "coreml", "qnn": "ort-qnn", "dml": "ort-dml", "webgpu": "ort-webgpu"}

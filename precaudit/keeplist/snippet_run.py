@@ -29,7 +29,7 @@ from ..converters import KeepArgs
 if TYPE_CHECKING:
     from ..runtime import Runtime
 
-__all__ = ["SnippetCheck", "Written", "check_snippet", "RUNNABLE"]
+__all__ = ["RUNNABLE", "SnippetCheck", "Written", "check_snippet"]
 
 # --for → the module the snippet imports: its converter is installed when this is found
 RUNNABLE = {"onnxruntime": "onnxruntime.transformers.onnx_model", "onnxconverter-common": "onnxconverter_common",
@@ -104,7 +104,7 @@ def check_snippet(target_for: str, args: KeepArgs, render, target, rules, batche
         check = SnippetCheck(True, f"ran with the installed {module.split('.')[0]}", inputs=inputs)
         try:
             proc = subprocess.run([sys.executable, "-I", script], cwd=os.getcwd(), capture_output=True, text=True,
-                                  timeout=_TIMEOUT, errors="replace")
+                                  timeout=_TIMEOUT, errors="replace", check=False)
         except subprocess.TimeoutExpired:
             check.problem = f"the snippet did not finish in {_TIMEOUT} s"
             return check
@@ -210,7 +210,7 @@ def _run_converted(path: str, folder: str, batches: list[dict[str, np.ndarray]],
             json.dump({"batches": [list(f) for f in batches], "outputs": names}, fh)
     try:
         proc = subprocess.run([sys.executable, "-I", "-c", _RUNNER, path, feeds, outs], capture_output=True,
-                              text=True, timeout=_TIMEOUT, errors="replace")
+                              text=True, timeout=_TIMEOUT, errors="replace", check=False)
     except subprocess.TimeoutExpired:
         check.problem = f"onnxruntime did not finish with the converted model in {_TIMEOUT} s"
         return None
@@ -241,10 +241,9 @@ def _error_findings(path: str, target, rules, not_fixed: frozenset[tuple[str, st
     """The error findings of a static audit of the converted model, as it is stored (it runs as written), but for
     those the list does not claim to fix. A model precaudit cannot read is a problem of the check, said in one line
     (never an error about a scratch file the user never gave)."""
+    from ..audit_models import load_graph, static_matches
     from ..deployment import Deployment
-    from ..audit_models import load_graph
     from ..errors import InputError
-    from ..audit_models import static_matches
 
     try:
         graph = load_graph(path, None, target.name)
@@ -288,7 +287,7 @@ def _compare(check: SnippetCheck, reference: tuple[dict[str, None], list[dict[st
             if a.dtype.kind != "f":
                 error = max(error, 0.0 if np.array_equal(a, b) else math.inf)
                 continue
-            a, b = a.astype(np.float64), np.asarray(b).astype(np.float64)
+            a, b = a.astype(np.float64), np.asarray(b).astype(np.float64)  # noqa: PLW2901 -- compared in float64
             ok = np.isfinite(a)
             if np.any(ok & ~np.isfinite(b)):
                 finite = False

@@ -27,9 +27,20 @@ from ..finding import SEVERITIES
 from .condition import Condition, ConditionError, kind_of, parse_condition
 from .template import check_template
 
-__all__ = ["Rule", "load_rules", "builtin_rules_dir", "RULE_FILE_LIMIT", "MAX_RULE_FILES", "MAX_RULE_BYTES",
-           "MAX_YAML_DEPTH", "MAX_YAML_VALUES", "MAX_NUMBER_CHARS", "MAX_PATTERN_DEPTH", "MAX_PATTERN_PARTS",
-           "MAX_PARAM_CHARS"]
+__all__ = [
+    "MAX_NUMBER_CHARS",
+    "MAX_PARAM_CHARS",
+    "MAX_PATTERN_DEPTH",
+    "MAX_PATTERN_PARTS",
+    "MAX_RULE_BYTES",
+    "MAX_RULE_FILES",
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_VALUES",
+    "RULE_FILE_LIMIT",
+    "Rule",
+    "builtin_rules_dir",
+    "load_rules",
+]
 
 RULE_FILE_LIMIT = 1 * MiB   # one rule file (the shipped ones are at most 2 KiB)
 MAX_RULE_FILES = 500        # rule files from --rules and the pyproject, in all
@@ -130,7 +141,7 @@ class _Budget:
     def count_bytes(self, shown: str, size: int) -> None:
         self.bytes += size
         if self.bytes > MAX_RULE_BYTES:
-            limit = f"{MAX_RULE_BYTES // MiB} MiB" if MAX_RULE_BYTES >= MiB else f"{MAX_RULE_BYTES} bytes"
+            limit = f"{MAX_RULE_BYTES // MiB} MiB" if MiB <= MAX_RULE_BYTES else f"{MAX_RULE_BYTES} bytes"
             raise InputError(shown, f"the rule files hold more than {limit} in all; precaudit reads no more")
 
 
@@ -300,7 +311,7 @@ def _add(raw: dict, data: dict, path: Path, lines: dict[str, int], allow_overrid
         raw[rule_id] = (data, path, where)
         return
     base, base_path, base_where = raw[rule_id]
-    if not allow_override or "name" in data and data["name"] != base.get("name"):
+    if not allow_override or ("name" in data and data["name"] != base.get("name")):
         raise InputError(str(path), f"rule id {rule_id} is already defined in {base_path}", lines.get("id", 1))
     for key in data:
         if key not in ("id", "name", *_OVERRIDABLE):
@@ -366,7 +377,7 @@ def _check_params(params: Any, fail) -> None:
         if isinstance(value, str):
             if len(value) > MAX_PARAM_CHARS:
                 raise fail(f"param '{name}' is a string of {len(value)} characters; at most {MAX_PARAM_CHARS}")
-        elif isinstance(value, bool) or isinstance(value, float):
+        elif isinstance(value, (bool, float)):
             pass
         elif isinstance(value, int):
             if not -_PARAM_INT <= value < _PARAM_INT:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["rule_schema", "render_schema", "EXAMPLE_KEYS", "EXAMPLE_REQUIRED"]
+__all__ = ["EXAMPLE_KEYS", "EXAMPLE_REQUIRED", "render_schema", "rule_schema"]
 
 # One example in a rule's tests (precaudit test runs each): the model, check's options, the nodes it fires at.
 EXAMPLE_KEYS = ("model", "args", "fires")

@@ -3,9 +3,10 @@ fixtures/ID_name.py modules list them in CASES; `precaudit test RULES_DIR --fixt
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["Case"]
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..rules.condition import kind_of
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from ..rules.loader import Rule
     from .run import Commands
 
-__all__ = ["YamlExample", "yaml_examples", "EXAMPLE_OPTIONS", "inside"]
+__all__ = ["EXAMPLE_OPTIONS", "YamlExample", "inside", "yaml_examples"]
 
 # check's options an example may give: the target, and how the model is read and run
 EXAMPLE_OPTIONS = ("--dtype", "--keep-fp32", "--converter", "--runtime", "--check-weights", "--trace", "--inputs",

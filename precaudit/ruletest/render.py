@@ -12,7 +12,7 @@ from ..escape import log_line, printable
 if TYPE_CHECKING:
     from .run import RuleResult
 
-__all__ = ["render_rule_text", "render_summary", "render_json"]
+__all__ = ["render_json", "render_rule_text", "render_summary"]
 
 
 def render_rule_text(result: RuleResult) -> str:

@@ -8,10 +8,11 @@ import json
 import os
 import tempfile
 import warnings
+from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import InputError
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from ..cli.given import Given
     from ..rules.loader import Rule
 
-__all__ = ["Commands", "Example", "RuleResult", "plan_tests", "run_example", "run_rule", "coverage_problems"]
+__all__ = ["Commands", "Example", "RuleResult", "coverage_problems", "plan_tests", "run_example", "run_rule"]
 
 REPORT = "precaudit-test-report.json"  # each example's JSON report, in its own folder
 

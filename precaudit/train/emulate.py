@@ -24,7 +24,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["RoundingMode", "SameDrawsMode", "Recorder", "Event", "run_loss", "all_finite", "LOW_DTYPES"]
+__all__ = ["LOW_DTYPES", "Event", "Recorder", "RoundingMode", "SameDrawsMode", "all_finite", "run_loss"]
 
 LOW_DTYPES = (torch.float16, torch.bfloat16)
 _META_FAILED = object()
@@ -76,15 +76,14 @@ class Recorder:
         # gradients only: a view in the backward (the transpose of a saved weight) carries forward values
         watch = phase == "backward" and self.watch_backward_max and not func.is_view
         full = len(self.events) >= _MAX_EVENTS
-        if full and not watch or not outs:
+        if (full and not watch) or not outs:
             return
         bad = []
         for t in outs:
             if watch and t.dtype in LOW_DTYPES:
                 finite, absmax = _finite_absmax(t)
                 # an inf counts (no scale keeps that backward finite); a NaN compares False and does not
-                if absmax > self.backward_low_max:
-                    self.backward_low_max = absmax
+                self.backward_low_max = max(self.backward_low_max, absmax)
             else:
                 finite = all_finite(t)
             if not finite:
@@ -133,7 +132,7 @@ def _finite_absmax(t: torch.Tensor) -> tuple[bool, float]:
     except RuntimeError:  # a dtype with no aminmax kernel (float8): the same answer through float32
         low, high = torch.aminmax(t.detach().float())
     lo, hi = float(low), float(high)
-    if lo != lo:
+    if math.isnan(lo):
         return False, math.nan
     return math.isfinite(lo) and math.isfinite(hi), max(-lo, hi)
 

@@ -152,10 +152,10 @@ def traced_sites(result: StepResult, collapsed: tuple[Event | None, bool, int, A
         init = result.scale
         skipped = growth = 0
         if largest is not None and init > largest:
-            skipped = int(round(math.log2(init / largest)))
+            skipped = round(math.log2(init / largest))
         if smallest is not None and init < smallest:
             interval = regime.scaler.growth_interval if regime.scaler else 0
-            growth = int(round(math.log2(smallest / init))) * interval
+            growth = round(math.log2(smallest / init)) * interval
         sites.append(Site("train_loss_scale", _node("loss scale", "GradScaler" if regime.scaler else "loss"), {
             "scale_init": init, "scale_min": smallest, "scale_max": largest,
             "window_empty": smallest is not None and largest is not None and smallest > largest,

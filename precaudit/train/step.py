@@ -26,7 +26,7 @@ from .emulate import Event, Recorder, RoundingMode, SameDrawsMode, all_finite, r
 from .factory import TrainSetup
 from .regimes import Regime
 
-__all__ = ["ParamStats", "StepResult", "run_steps", "KEEP_FRACTION"]
+__all__ = ["KEEP_FRACTION", "ParamStats", "StepResult", "run_steps"]
 
 KEEP_FRACTION = 0.999  # the loss-scale window's bottom keeps this share of the reference's nonzero gradients
 NOISE_CHECK_COSINE = 0.999  # a regime gradient this far from float32's has float32's checked against float64
@@ -81,7 +81,7 @@ class StepResult:
     ops: int = 0  # ATen ops the emulation ran
 
 
-def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, loss_scale: float | None = None,
+def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, loss_scale: float | None = None,  # noqa: C901 -- split by the training branch that reworks it
               lr: float | None = None) -> StepResult:
     ref, reg = capture_pair(setup, regime)
     ref_named, reg_named = ref.named_parameters(), dict(reg.named_parameters())
@@ -165,7 +165,7 @@ def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, 
     result.regime_finite = math.isfinite(result.loss_regime) and all(
         g is None or all_finite(g) for g in g_unscaled.values()) and all(
         all_finite(p) for p in reg_named.values())
-    if not result.regime_finite and (step_rec is not None or forward_rec is not None and forward_rec.events):
+    if not result.regime_finite and (step_rec is not None or (forward_rec is not None and forward_rec.events)):
         # the first inf/NaN that float32's own run of the program does not make too
         expected = reference_events(setup, seed)
         result.first_unscaled = forward_rec.first_beyond(expected) if forward_rec is not None else None
@@ -277,7 +277,7 @@ def _window(ref_grads: dict[str, torch.Tensor | None], backward_max: float, low)
     (measured unscaled, in the low dtype) overflows it."""
     # frexp: |g| = m * 2**e with m in [0.5, 1); g * 2**k is nonzero in the low dtype when e + k >= log2 of its
     # smallest subnormal (g * 2**k > half of it; the exact tie rounds to 0)
-    floor = int(round(math.log2(low.smallest_subnormal)))
+    floor = round(math.log2(low.smallest_subnormal))
     counts: dict[int, int] = {}
     total = 0
     for g in ref_grads.values():

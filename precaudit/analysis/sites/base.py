@@ -13,7 +13,7 @@ from typing import Any
 from ...dtypes import FORMATS
 from ...ir import Node
 
-__all__ = ["Site", "FACT_NAMES", "PATTERN_FACTS", "OP_SITES"]
+__all__ = ["FACT_NAMES", "OP_SITES", "PATTERN_FACTS", "Site"]
 
 # Single ops audited for what they do with their input; the site kind is the lower-case op name.
 OP_SITES = {"Softmax", "LogSoftmax", "Log", "Sqrt", "Reciprocal", "Div", "Exp", "Pow"}

@@ -18,7 +18,7 @@ from .base import Site
 from .facts import dtype_facts
 from .walks import feeding_op, scalar_of
 
-__all__ = ["REDUCTIONS", "reduction_site", "reduction_length"]
+__all__ = ["REDUCTIONS", "reduction_length", "reduction_site"]
 
 
 # Ops that add up elements along axes; the site says how many each output sums.
