@@ -50,7 +50,7 @@ def cast_plan(keep: KeepList) -> list[CastPlan]:
     """Every node the list keeps (and the user's --keep-fp32 entries, and the nodes of a kept If's or Loop's bodies)
     that reads or makes a float16/bfloat16 value, in graph order. A control-flow node itself is not cast around:
     its bodies' nodes are, and its outputs keep their type."""
-    from .render import raw_name
+    from .args import raw_name
 
     resolver = keep.deployment.resolver(keep.graph, keep_nodes=keep.nodes)
     renames = duplicate_renames(keep.graph)
@@ -186,7 +186,7 @@ def _narrow_reads(path: str, names: list[str], check: SnippetCheck) -> list[str]
     """The listed nodes that read a float16 or bfloat16 input in the written model (a name it lacks is a problem)."""
     from ..audit_models import load_graph
     from ..errors import InputError
-    from .render import raw_name
+    from .args import raw_name
 
     try:
         graph = load_graph(path, None, "fp16")

@@ -62,7 +62,8 @@ def check_printed(keep, rules) -> None:
     block an If), without the kept nodes whose outputs a body reads from outside (a read the converter leaves
     uncast), or without both; print the first whose model loads, and say what was left out and why. The hazard
     there then stays in the narrow dtype, and only a run of the real model on inputs can verify it."""
-    from .render import keep_args, snippet
+    from .args import keep_args
+    from .render import snippet
     from .runtime_targets import written_check
     from .snippet_run import check_snippet
 
@@ -117,7 +118,7 @@ def _keep_unrunnable(keep) -> bool:
     that node in float32 too (an entry of its own, found by running the snippet as printed). False when the
     refusal names no such node, or one already kept."""
     from . import Entry
-    from .render import raw_name
+    from .args import raw_name
 
     check = keep.snippet_check
     if check is None or check.loads is not False or not check.problem:

@@ -109,7 +109,7 @@ _FLOATS = {"fp16", "fp32", "fp64", "bf16"}
 def check_coreml(keep: KeepList, torch_options: TorchOptions, render) -> SnippetCheck:
     """Run the printed snippet (render(args)) with the installed coremltools on the model exported in float32, and
     judge the program it converts to."""
-    from .render import keep_args
+    from .args import keep_args
     from .snippet_run import SnippetCheck
 
     try:

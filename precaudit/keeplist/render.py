@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 from ..converters import KeepArgs, modelopt, onnxconverter_common, onnxruntime, openvino, pytorch
 from ..escape import exact_regex, printable
 from ..ir import Node, duplicate_renames
+from .args import is_unnamed, keep_args, raw_name
+from .runtime_targets import RUNTIME_OF, paste, writes_casts
+from .runtime_targets import arguments as runtime_arguments
 
 if TYPE_CHECKING:
     from . import KeepList
@@ -17,46 +19,6 @@ if TYPE_CHECKING:
 __all__ = ["is_unnamed", "keep_args", "raw_name", "render_json", "render_text"]
 
 SCHEMA_VERSION = 1
-
-
-def raw_name(node: Node) -> str:
-    """The node's name as the file spells it (a body node's IR name carries its If/Loop path first)."""
-    path = node.subgraph_path
-    return node.name[len(path):] if path and node.name.startswith(path) else node.name
-
-
-def is_unnamed(node: Node) -> bool:
-    """Whether the file gives the node no name: precaudit then names it (ir.generated_name), and so do the lists,
-    after the naming loop they come with."""
-    return node.unnamed
-
-
-def _top(node: Node) -> Node:
-    while node.parent is not None:
-        node = node.parent
-    return node
-
-
-def keep_args(keep: KeepList, top_level: bool = False) -> KeepArgs:
-    """The nodes and op types a converter's arguments name: the list, plus the user's own --keep-fp32 entries.
-    top_level: a body's node named by its If/Loop (AutoCast classifies top-level nodes only)."""
-    graph_ops = {n.op_type for n in keep.graph.nodes}
-    op_types = [e for e in keep.keep_fp32 if e in graph_ops]
-    patterns = [e for e in keep.keep_fp32 if e not in graph_ops]
-    ids = {id(n) for n in keep.nodes}
-    nodes = [n for n in keep.graph.nodes
-             if id(n) in ids or any(fnmatchcase(n.name, p) or (n.scope and fnmatchcase(n.scope, p)) for p in patterns)]
-    if keep.target_for == "modelopt" or top_level:  # AutoCast classifies top-level nodes only: a body goes with its If/Loop
-        nodes = list({id(t): t for t in map(_top, nodes)}.values())
-    renames = duplicate_renames(keep.graph)
-    return KeepArgs(model=keep.model, in_memory=keep.in_memory, dtype=keep.target.name,
-                    nodes=[renames.get(id(n), raw_name(n)) for n in nodes],
-                    outputs=[[v.name for v in n.outputs if v is not None and v.name] for n in nodes],
-                    op_types=op_types, unnamed=any(is_unnamed(n) for n in nodes), duplicates=bool(renames),
-                    large=keep.large,
-                    modules=sorted({n.scope or "" for n in nodes}),
-                    fx_nodes=[keep.graph.fx_names.get(n.name, n.name) for n in nodes],
-                    keep_io=keep.keep_io)
 
 
 def quant_patterns(keep: KeepList) -> list[str]:
@@ -70,8 +32,6 @@ _WILDCARD = re.compile(r"([*?[])")
 
 
 def snippet(keep: KeepList, args: KeepArgs) -> str:
-    from .runtime_targets import RUNTIME_OF, paste
-
     target = keep.target_for
     if target in RUNTIME_OF:
         return paste(keep, args)
@@ -94,11 +54,9 @@ def snippet(keep: KeepList, args: KeepArgs) -> str:
 
 def arguments(keep: KeepList, args: KeepArgs) -> dict[str, Any]:
     """The converter's arguments as data."""
-    from . import runtime_targets
-
     target = keep.target_for
-    if target in runtime_targets.RUNTIME_OF:
-        return runtime_targets.arguments(keep, args)
+    if target in RUNTIME_OF:
+        return runtime_arguments(keep, args)
     if target == "onnxconverter-common":
         return {"op_block_list": [*onnxconverter_common.DEFAULT_OP_BLOCK_LIST, *args.op_types],
                 "node_block_list": args.nodes}
@@ -222,8 +180,6 @@ def render_text(keep: KeepList) -> str:
 
 def _what(keep: KeepList) -> str:
     """What the list is for, as the report's first line says: the converter, and the runtime it is judged at."""
-    from .runtime_targets import RUNTIME_OF, writes_casts
-
     if keep.target.blocked:
         return "ModelOpt's quantization config"
     if keep.runtime is None:

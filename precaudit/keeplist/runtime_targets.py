@@ -82,8 +82,8 @@ def writes_casts(keep: KeepList) -> bool:
 def written_check(keep: KeepList) -> Written | None:
     """What keep-list's run of a cast target's snippet asks of the model it writes: audited at the runtime, the
     module the snippet imports, and every kept node reading float32 there. None for any other target."""
+    from .args import keep_args
     from .casts import cast_plan
-    from .render import keep_args
     from .snippet_run import RUNNABLE, Written
 
     if keep.target_for not in CAST_TARGETS:
@@ -129,7 +129,7 @@ def _autocast(keep: KeepList, args: KeepArgs) -> str:
 
 def _top_level(keep: KeepList, args: KeepArgs) -> list[str]:
     """The listed names AutoCast can exclude: top-level nodes only (a body goes with its If/Loop)."""
-    from .render import keep_args
+    from .args import keep_args
 
     return keep_args(keep, top_level=True).nodes
 
