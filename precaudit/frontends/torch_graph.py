@@ -336,6 +336,8 @@ def _placed(graph: Graph, path: Path) -> dict[str, str]:
 
     model = onnx.load(str(path), load_external_data=False)
     by_name = {node.name: node for node in graph.nodes}
+    for each in graph.nodes:  # a PyTorch input is placed at its Python lines, below: they are no related location
+        each.recorded_at = None
     targets: dict[str, str] = {}
     for proto in model.graph.node:
         node = by_name.get(proto.name)
