@@ -25,7 +25,8 @@ class Value:
     """
 
     __slots__ = ("name", "dtype", "dtype_note", "_shape", "producer", "consumers", "is_graph_input", "parent",
-                 "const_loader", "const_origin", "const_size", "_const_cache", "_scalar", "_constant", "_fill")
+                 "const_loader", "const_origin", "const_size", "_const_cache", "_scalar", "_constant", "_fill",
+                 "_bounds")
 
     def __init__(self, name: str, dtype: str | None = None, dtype_note: str | None = None, shape: Any = None,
                  producer: "Node | None" = None, consumers: list["Node"] | None = None, is_graph_input: bool = False,
@@ -49,11 +50,12 @@ class Value:
         self.const_size = const_size  # number of elements, known without loading
         self._const_cache = _const_cache
         # Facts that depend only on the graph upstream, worked out once when first asked (analysis/constants.py:
-        # resolve_scalar, is_constant, resolve_fill): a frontend has finished the graph by then, and nothing changes
-        # it after.
+        # resolve_scalar, is_constant, resolve_fill; analysis/bounds.py: bounds_of, with the --dim sizes it used): a
+        # frontend has finished the graph by then, and nothing changes it after.
         self._scalar = UNKNOWN
         self._constant = UNKNOWN
         self._fill = UNKNOWN
+        self._bounds: Any = UNKNOWN
 
     def __repr__(self) -> str:
         return f"Value(name={self.name!r}, dtype={self.dtype!r}, shape={self.shape!r})"
@@ -141,6 +143,9 @@ class Graph:
     exporter: str = ""  # "torch-dynamo", "torch-torchscript", or the producer name: exporter facts depend on it
     module_eps: dict[str, str] = field(default_factory=dict)  # module path -> "LayerNorm.eps = 1e-12" (torch)
     converted_to: str | None = None  # a PyTorch module precaudit converted with model.to(dtype) before capture
+    # a PyTorch module's dynamo ONNX export: node name -> the torch.export node it was lowered from (torch-side
+    # keep-lists name those: Torch-TensorRT's nodes_to_exclude, coremltools' op names)
+    fx_names: dict[str, str] = field(default_factory=dict)
     # Every node reads only values defined before it (the ONNX frontend checks it as it builds): walking producers
     # never meets a cycle, so an analysis may walk only the inputs it needs (analysis/signs.py).
     acyclic: bool = False

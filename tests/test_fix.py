@@ -360,7 +360,7 @@ def test_dry_run_writes_nothing(capsys, tmp_path):
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch")  # a fixture takes no marks: it skips as it is set up
     pytest.importorskip("transformers")
     from fixtures.torch_exports import HF_CASES, export
 

@@ -161,8 +161,8 @@ def test_report_refuses_the_traced_inputs(tmp_path, capsys):
     assert same()
 
 
+@pytest.mark.requires("torch")
 def test_report_refuses_a_factorys_source_and_what_it_imports(tmp_path, capsys):
-    pytest.importorskip("torch")
     (tmp_path / "blocks.py").write_text("import torch\nclass Net(torch.nn.Module):\n"
                                         "    def forward(self, x):\n        return torch.log(torch.softmax(x, -1))\n")
     source = tmp_path / "model.py"

@@ -315,6 +315,7 @@ def test_torchscript_pickle_naming_os_system_does_not_run(entry, tmp_path, capsy
 # ---- files that are not files ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_pt2_on_dev_zero_and_pt_fifo_are_one_line_each(tmp_path):
     # a child process with a timeout: a blocking open or an endless read would fail the test, not hang it
     (tmp_path / "zero.pt2").symlink_to("/dev/zero")
@@ -473,6 +474,7 @@ def test_importing_a_factory_writes_nothing_into_its_folder(tmp_path):
 # ---- a factory's code runs in a worker of its own, one model or several ------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("body, says", [
     ("import os\n\ndef make():\n    os._exit(0)\n", "the process auditing it exited with code 0 before it gave a result"),
     ("import os, signal\n\ndef make():\n    os.kill(os.getpid(), signal.SIGKILL)\n",
@@ -493,6 +495,7 @@ def test_a_factory_that_ends_or_hangs_the_process_is_that_models_error(body, say
     assert code == 2 and json.loads(out)["models"] == [f"{good}:make"]
 
 
+@pytest.mark.slow
 def test_what_a_factory_prints_goes_to_stderr_never_into_the_report(tmp_path):
     path = factory_module(tmp_path, """
         import os

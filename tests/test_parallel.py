@@ -43,8 +43,8 @@ def test_report_refuses_a_file_only_a_worker_read(models, tmp_path, capsys):
     assert data.read_bytes() == before
 
 
+@pytest.mark.requires("torch")
 def test_a_worker_that_dies_is_that_models_error(tmp_path, capsys):
-    pytest.importorskip("torch")
     source = tmp_path / "model.py"
     source.write_text("import os\nimport torch\n\ndef dies():\n    os._exit(3)\n\n"
                       "def norm():\n    return torch.nn.LayerNorm(8), (torch.randn(2, 8),)\n")

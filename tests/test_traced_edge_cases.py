@@ -64,9 +64,9 @@ def test_an_omitted_optional_output_is_not_measured(tmp_path, engine):
     assert (code, report["errors"], report["results"]) == (0, [], [])
 
 
+@pytest.mark.requires("onnxruntime")
 def test_float64_arrays_in_the_npz_run_as_the_model_declares(tmp_path):
     """numpy.savez writes float64 by default: the reference still computes in float32, and on onnxruntime."""
-    pytest.importorskip("onnxruntime")
     steps = [h.make_node("Mul", ["x", "k"], ["a"], name="act"), h.make_node("Mul", ["a", "a"], ["y"], name="sq")]
     path = save(model(steps, [tensor("x", "fp32")], [tensor("y", "fp32")], [const("k", 300.0)]), tmp_path / "m.onnx")
     code, report = run_json([path], "--trace", "--select", "PA901",
@@ -102,10 +102,10 @@ def test_integer_mod_takes_the_sign_of_the_divisor(tmp_path, engine):
         [("scale", 80000.0, 0.5)]
 
 
+@pytest.mark.requires("onnxruntime")
 def test_a_numpy_scalar_feeds_an_onnxruntime_segment(tmp_path):
     """fp8: ReduceSum (numpy, rounds into e4m3) gives a 0-d result; Relu and Neg after it only move values, which
     needs no rounding, so onnxruntime runs them, fed that result."""
-    pytest.importorskip("onnxruntime")
     nodes = [h.make_node("ReduceSum", ["x"], ["s"], name="rsum", keepdims=0),
              h.make_node("Relu", ["s"], ["r"], name="relu"), h.make_node("Neg", ["r"], ["y"], name="neg")]
     path = save(model(nodes, [tensor("x", "fp32")], [tensor("y", "fp32", ())], opset=13), tmp_path / "m.onnx")
@@ -158,10 +158,10 @@ def test_a_norm_whose_input_only_rearranges_another_value(tmp_path, engine):
 
 
 @pytest.mark.parametrize("training", [True, False])
+@pytest.mark.requires("onnxruntime")
 def test_dropout_exported_in_training_mode_runs_as_in_inference(tmp_path, training):
     """torch.export of a module left in training mode writes Dropout(x, 0.5, training_mode=True): both runs must read
     the same x (inference: the identity), or every value after it differs by far more than rounding (PA908)."""
-    pytest.importorskip("onnxruntime")
     nodes = [h.make_node("Dropout", ["x", "ratio", "training"], ["d"], name="dropout"),
              h.make_node("Mul", ["d", "d"], ["sq"], name="square"),
              h.make_node("ReduceMean", ["sq", "axes"], ["ms"], name="mean"),

@@ -169,9 +169,9 @@ def _vision(kind: str):
 
 @pytest.mark.parametrize("kind", ["vit", "resnet", "convnext"])
 @pytest.mark.parametrize("half", [False, True], ids=["fp32", "fp16"])
+@pytest.mark.requires("transformers")
 def test_vision_models_trace_alike_on_both_engines(kind, half, tmp_path):
     """Conv, BatchNorm, and ConvNeXt's LayerNorm after a permute: every node on onnxruntime, same findings."""
-    pytest.importorskip("transformers")
     case = ExportCase(kind, lambda: _LastHiddenState(_vision(kind), "pixel_values"), same(),
                       example=lambda: (torch.randn(1, 3, 32, 32),))
     assert_traced_alike(export(case, "ts17", "fp16" if half else "fp32", tmp_path), tmp_path)

@@ -288,12 +288,12 @@ def _endless_loop():
 
 
 @pytest.mark.parametrize("command", [[], ["keep-list", "--for", "onnxruntime"]])
+@pytest.mark.requires("onnxruntime")
 def test_a_traced_run_past_its_timeout_stops(command, tmp_path, capsys):
     """--timeout bounds a model's traced run, inside an onnxruntime session too (RunOptions.terminate): one line
     naming the node, exit 2, seconds after the limit rather than never."""
     import time
 
-    pytest.importorskip("onnxruntime")
     path = save(_endless_loop(), tmp_path / "loop.onnx")
     args = [*command[:1], str(path), *command[1:], "--trace", "--timeout", "1"]
     start = time.monotonic()

@@ -244,12 +244,7 @@ class DtypeResolver:
         origin = self._origin.get(id(value))
         island = origin if origin is not None and origin.island else None
         if value.dtype != "fp32":
-            fmt = FORMATS[value.dtype]
-            if origin is not None and origin.kind in ("island", "cast") and origin.to == value.dtype:
-                return ComputeDtype(fmt, f"after Cast to {fmt.long_name} at node '{origin.cast}'")
-            if self.graph.converted_to == value.dtype:
-                return ComputeDtype(fmt, f"--dtype {fmt.name}: the module was converted with model.to({fmt.long_name})")
-            return ComputeDtype(fmt, f"model stored in {fmt.long_name}")
+            return self._stored_as_is(value.dtype, origin)
         if self.target.name == "fp32":
             return ComputeDtype(self.target, "model stored in float32, --dtype fp32")
         if self.target.blocked:
@@ -265,6 +260,19 @@ class DtypeResolver:
             return ComputeDtype(FORMATS["fp32"], f"after Cast to float32 at node '{island.cast}'")
         if self.converted:
             return ComputeDtype(FORMATS["fp32"], f"stored in float32 in a model stored in {self.target.long_name}")
+        return ComputeDtype(self.target, self._why_target(origin), self.clamp)
+
+    def _stored_as_is(self, dtype: str, origin: _Origin | None) -> ComputeDtype:
+        """A value the graph stores in a float type other than float32: held as it is."""
+        fmt = FORMATS[dtype]
+        if origin is not None and origin.kind in ("island", "cast") and origin.to == dtype:
+            return ComputeDtype(fmt, f"after Cast to {fmt.long_name} at node '{origin.cast}'")
+        if self.graph.converted_to == dtype:
+            return ComputeDtype(fmt, f"--dtype {fmt.name}: the module was converted with model.to({fmt.long_name})")
+        return ComputeDtype(fmt, f"model stored in {fmt.long_name}")
+
+    def _why_target(self, origin: _Origin | None) -> str:
+        """Why a float32 value runs in the target format, and why an upcast before it does not count."""
         converter = f" converted by {self.converter.title}" if self.converting else ""
         why = f"--dtype {self.target.name}: float32 tensors run as {self.target.long_name}{converter}"
         if self.retarget is not None and self.runtime is not None:
@@ -276,7 +284,7 @@ class DtypeResolver:
                     f"'{origin.ended_at}', which also reads '{origin.ended_by}')")
         elif origin is not None and origin.kind == "converted":
             why += f" (the Cast to float32 at '{origin.cast}' starts no island: the converter {self.converter.upcast})"
-        return ComputeDtype(self.target, why, self.clamp)
+        return why
 
     def of_node(self, node: Node) -> ComputeDtype | None:
         """The dtype a node computes in: its kept-fp32 status, else the dtype of its first float input (the

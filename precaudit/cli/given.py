@@ -46,12 +46,13 @@ class Given:
             raise AttributeError(name) from None
 
     def settings(self) -> Settings:
-        """Defaults < [tool.precaudit] < the flags given: a flag not typed (None, or an empty list) is not given."""
+        """Defaults < [tool.precaudit] < the flags given: a flag not typed (None, or an empty list) is not given;
+        with --isolated, defaults < the flags (no configuration file is looked for)."""
         from ..config import load_settings
 
         flags = {key: split(self.values[name]) if name in _LISTS else self.values[name]
                  for name, key in _SETTINGS.items() if self.values.get(name) not in (None, [])}
-        return load_settings(flags)
+        return load_settings(flags, config=None) if self.values.get("isolated") else load_settings(flags)
 
     def torch_options(self) -> TorchOptions:
         """How a PyTorch model becomes a graph: --input-shape, --input-dtype, --trust-pickle, --no-factories."""

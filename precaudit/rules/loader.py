@@ -45,9 +45,9 @@ _PARAM_INT = 1 << 63        # an int param is a 64-bit integer; write a float fo
 _ID = re.compile(r"^[A-Z]{2,}[0-9]{3}\Z")  # \Z: $ would accept "PA999\n"
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*\Z")
 _REQUIRED = ("id", "name", "severity", "summary", "condition", "message", "fix")
-_OPTIONAL = ("sites", "pattern", "description", "ops", "params", "references", "example", "preview", "repair")
+_OPTIONAL = ("sites", "pattern", "description", "ops", "params", "references", "example", "preview", "repair", "tests")
 # What a user file may say about a built-in rule it overrides (same id, no name).
-_OVERRIDABLE = ("severity", "params", "preview", "message", "fix", "condition", "ops", "references")
+_OVERRIDABLE = ("severity", "params", "preview", "message", "fix", "condition", "ops", "references", "tests")
 # (a user's override may not change sites or pattern: what a rule looks at is part of its identity)
 _TEXT = ("summary", "condition", "message", "fix", "description", "example")
 
@@ -78,6 +78,8 @@ class Rule:
     no_repair: str | None = None
     keep_instead: bool = False  # with no_repair: keeping the node in float32 is the answer (keep-list)
     where: dict[str, tuple[str, int]] = field(default_factory=dict)  # key -> (file, line) it was last set in
+    # the rule's own examples as written (tests:), for `precaudit test`, which checks them; the audit never reads them
+    tests: Any = None
 
     def located(self, key: str, problem: str) -> InputError:
         """An error about one of the rule's keys, naming the file and line that set it."""
@@ -446,7 +448,8 @@ def _build(data: dict, path: Path, where: dict[str, tuple[str, int]]) -> Rule:
                 source=str(path), pattern=pattern, where=where,
                 repair=data["repair"] if isinstance(data.get("repair"), str) else None,
                 no_repair=data["repair"]["none"].strip() if isinstance(data.get("repair"), dict) else None,
-                keep_instead=isinstance(data.get("repair"), dict) and data["repair"].get("keep-fp32", False))
+                keep_instead=isinstance(data.get("repair"), dict) and data["repair"].get("keep-fp32", False),
+                tests=data.get("tests"))
 
 
 def _template(data: dict, key: str, fail) -> set[str]:
