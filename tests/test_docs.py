@@ -5,6 +5,7 @@ not part of the site."""
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,11 +83,9 @@ def test_the_api_reference_renders_every_public_name_and_result_type():
     assert any(isinstance(p, dict) and "mkdocstrings" in p for p in config["plugins"])
 
 
+@pytest.mark.requires("mkdocs", "mkdocstrings")
 def test_the_reference_is_built_from_the_docstrings(tmp_path):
     """mkdocs build --strict (as .ci/run builds the site): each directive became a section with its docstring."""
-    import pytest
-
-    pytest.importorskip("mkdocstrings")
     import subprocess
     import sys
 

@@ -17,7 +17,8 @@ import pytest
 from precaudit.cli import main
 from precaudit.finding import RECORDED
 
-torch = pytest.importorskip("torch")
+# one small module exported once for the file (a few seconds): the default tier
+pytestmark = pytest.mark.requires("torch", "onnxscript")
 
 SOURCE = """import torch
 from torch import nn
@@ -35,6 +36,8 @@ LINE = 9  # the return line: the exporter drops the Add of 1e-12, so PA105 and P
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A repository whose src/model.py was exported here with torch.onnx.export(dynamo=True) to model.onnx."""
+    import torch
+
     repo = tmp_path_factory.mktemp("exporter")
     (repo / ".git").mkdir()
     (repo / "src").mkdir()
@@ -62,12 +65,10 @@ def here(exported: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def elsewhere(exported: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def elsewhere(exported: Path, repo: Path) -> Path:
     """Another repository holding only the model: the recorded file is on this machine, but not in it."""
-    (tmp_path / ".git").mkdir()
-    shutil.copy(exported / "model.onnx", tmp_path / "model.onnx")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    shutil.copy(exported / "model.onnx", repo / "model.onnx")
+    return repo
 
 
 def _moved(exported: Path, repo: Path, to: str) -> None:
