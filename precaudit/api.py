@@ -124,7 +124,8 @@ def audit(model: Any, dtype: str = "fp16", *, select: Sequence[str] | None = Non
     """Audit one model, or several (a list of paths), against dtype.
 
     model: a path (an .onnx file, model.py:factory, package.module:factory, a .pt2 or TorchScript file), a list of
-    paths, an onnx.ModelProto, or a torch.nn.Module with example_inputs (a tensor or a tuple of tensors).
+    paths, an onnx.ModelProto, or a torch.nn.Module with example_inputs: a tensor, a tuple of positional inputs, a
+    dict of keyword inputs, or both as `((x,), {"mask": m})` (what a factory returns after the module).
     trace: None/False for a static audit; True for traced mode on synthesized inputs; a path or a list of paths of
     .npz batches; or a dict of TraceOptions fields (inputs, samples, dims, seed, engine, ranges, timeout).
     config: "pyproject" finds the nearest [tool.precaudit] as the command line does; None reads none; a path reads
@@ -289,7 +290,8 @@ def _check_model(model: Any, accepts: tuple[str, ...]) -> None:
 
 
 def _check_example_inputs(model: Any, example_inputs: Any) -> None:
-    """An nn.Module needs example_inputs, a tensor or a tuple of them; any other model has its own inputs."""
+    """An nn.Module needs example_inputs, as a factory returns them (torch_objects.call_inputs), of tensors; any other
+    model has its own inputs."""
     if not _is_module(model):
         if example_inputs is not None:
             raise InputError(None, "example_inputs: only a torch.nn.Module model takes them (a path or an ONNX model "
@@ -297,10 +299,13 @@ def _check_example_inputs(model: Any, example_inputs: Any) -> None:
         return
     import torch
 
-    items = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
-    if example_inputs is None or not all(isinstance(t, torch.Tensor) for t in items):
-        raise InputError(None, f"example_inputs: auditing an nn.Module needs example_inputs= (a tensor or a tuple of "
-                               f"tensors), got {type(example_inputs).__name__}")
+    from .frontends.torch_objects import call_inputs
+
+    args, kwargs = call_inputs("example_inputs", example_inputs)
+    if example_inputs is None or not all(isinstance(t, torch.Tensor) for t in (*args, *kwargs.values())):
+        raise InputError(None, f"example_inputs: auditing an nn.Module needs example_inputs= (a tensor, a tuple of "
+                               f"positional inputs, a dict of keyword inputs, or both as ((...), {{...}})), got "
+                               f"{type(example_inputs).__name__}")
 
 
 class _as_paths:

@@ -9,9 +9,11 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SEVERITIES", "Finding", "model_key", "severity_rank"]
+__all__ = ["RECORDED", "SEVERITIES", "Finding", "model_key", "severity_rank"]
 
 SEVERITIES = ("error", "warning", "info")
+# The message of the related location an ONNX node's recorded Python line is (the dynamo exporter's stack trace)
+RECORDED = "the Python line the exporter recorded for this node"
 
 
 def severity_rank(severity: str) -> int:

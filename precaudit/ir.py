@@ -136,6 +136,9 @@ class Node:
     parent: Node | None = field(default=None, repr=False)  # the control-flow node whose body holds this node
     # the file gives it no name: precaudit named it (generated_name below), and a snippet names it so first
     unnamed: bool = False
+    # (file, line) the dynamo exporter recorded for a node of an ONNX file, when that file is in this repository: a
+    # related location (the exporting machine's line), never the finding's own, which is the model and the node
+    recorded_at: tuple[str, int] | None = None
 
     def input(self, i: int) -> Value | None:
         return self.inputs[i] if i < len(self.inputs) else None

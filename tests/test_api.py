@@ -70,8 +70,8 @@ def test_an_nn_module_with_example_inputs(tmp_path, monkeypatch):
         precaudit.audit(HandLayerNorm())
     with pytest.raises(precaudit.InputError) as caught:
         precaudit.audit(HandLayerNorm(), example_inputs=[torch.randn(2, 8)])
-    assert str(caught.value) == ("example_inputs: auditing an nn.Module needs example_inputs= (a tensor or a tuple of "
-                                 "tensors), got list")
+    assert str(caught.value) == ("example_inputs: auditing an nn.Module needs example_inputs= (a tensor, a tuple of "
+                                 "positional inputs, a dict of keyword inputs, or both as ((...), {...})), got list")
 
 
 def test_errors_raise_or_are_entries(tmp_path):

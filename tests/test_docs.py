@@ -5,6 +5,7 @@ not part of the site."""
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,3 +57,71 @@ def test_the_link_checks_can_fail():
     assert relative_links("[a](docs/nope.md#x) [b](https://x.org) [c](#here) [d](docs/cli.md)") == \
         ["docs/nope.md", "docs/cli.md"]
     assert nav_pages([{"A": "a.md"}, {"B": [{"C": "c.md"}, "d.md"]}]) == {"a.md", "c.md", "d.md"}
+
+
+def reference_directives(page: str) -> list[str]:
+    """The objects a page renders from their docstrings: mkdocstrings' `::: dotted.path` lines."""
+    return re.findall(r"^::: ([\w.]+)$", page, re.M)
+
+
+def test_the_api_reference_renders_every_public_name_and_result_type():
+    """Every name `import precaudit` offers, and the type each API function returns, is rendered from its docstring
+    on the Python API page (__version__, a string, is named in its text)."""
+    import inspect
+
+    import precaudit
+    from precaudit import api
+
+    page = (ROOT / "docs" / "python-api.md").read_text()
+    rendered = {path.rpartition(".")[2] for path in reference_directives(page)}
+    assert {name for name in precaudit.__all__ if not name.startswith("__")} <= rendered
+    assert "precaudit.__version__" in page
+    returned = {inspect.signature(getattr(api, name)).return_annotation
+                for name in ("audit", "keep_list", "fix", "train_audit")}
+    assert returned == {"Report", "KeepList", "FixResult"} and returned <= rendered
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert any(isinstance(p, dict) and "mkdocstrings" in p for p in config["plugins"])
+
+
+@pytest.mark.requires("mkdocs", "mkdocstrings")
+def test_the_reference_is_built_from_the_docstrings(tmp_path):
+    """mkdocs build --strict (as .ci/run builds the site): each directive became a section with its docstring."""
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(site)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    html = (site / "python-api" / "index.html").read_text()
+    for path in reference_directives((ROOT / "docs" / "python-api.md").read_text()):
+        assert f'id="{path}"' in html, path
+    assert "<code>precaudit train</code>: a factory spec" in html  # train_audit's docstring, rendered
+    signature = signature_of(html, "precaudit.api.train_audit")
+    assert signature.startswith("train_audit(model: Any, inputs: Any = None,") and signature.endswith(") -> Report")
+    from precaudit.api import train_audit
+
+    assert re.findall(r"[(,] (\*|\w+)", signature.replace("(", "( ", 1)) == parameter_names(train_audit)
+
+
+def signature_of(html: str, path: str) -> str:
+    """The signature rendered under an object's heading, as text on one line."""
+    from html import unescape
+
+    section = html[html.index(f'id="{path}"'):]
+    block = re.search(r'<div class="doc-signature[^"]*">(.*?)</div>', section, re.S)
+    assert block is not None, path
+    text = re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", "", block[1]))).strip()
+    return text.replace("( ", "(").replace(", )", ")")
+
+
+def parameter_names(function) -> list[str]:
+    """The names in the signature's order, with the * before the keyword-only ones."""
+    import inspect
+
+    names: list[str] = []
+    for parameter in inspect.signature(function).parameters.values():
+        if parameter.kind is parameter.KEYWORD_ONLY and "*" not in names:
+            names.append("*")
+        names.append(parameter.name)
+    return names

@@ -25,6 +25,7 @@ from onnx import numpy_helper
 from precaudit.cli import main
 from precaudit.errors import InputError
 from precaudit.escape import ESCAPED, encodable, printable
+from precaudit.finding import RECORDED
 
 FORGED = "\x1b[2J\n  error   PA000 FAKE"  # clears the terminal, then prints a finding line of its own
 SCOPE = f"enc{FORGED}"
@@ -32,7 +33,8 @@ SCOPE = f"enc{FORGED}"
 NODE = f"/{SCOPE}/ln\r\x01\u202e%0A::error::x\n::warning::forged"
 INIT = f"eps\nSECOND LINE{FORGED}\x01\u202e%0A::error::"
 ADD = f"add{FORGED}"
-SOURCE = f"/src/evil{FORGED},x:y.py"  # from the dynamo exporter's stack trace: the annotation's file property
+# from the dynamo exporter's stack trace: a file in the repository, so reports name it as the node's recorded line
+SOURCE = f"src/evil{FORGED},x:y.py"
 
 SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "precaudit/schemas/report.schema.json").read_text())
 
@@ -74,6 +76,8 @@ def repo(tmp_path, monkeypatch):
     m = _hostile_model()
     onnx.checker.check_model(m)
     onnx.save(m, str(tmp_path / "hostile.onnx"))
+    (tmp_path / SOURCE).parent.mkdir()
+    (tmp_path / SOURCE).write_text("# the exported module\n" * 9)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -111,7 +115,8 @@ def test_text_report_has_its_lines_and_no_escape_bytes(repo, capsys):
     assert lines[-1].startswith("Found 3 findings in 1 model")
     # the names are there, escaped: the scope, the source file, the node and the initializer
     assert printable(NODE) in heads[0] and f"in {printable(SCOPE)}" in heads[0]
-    assert f"eps-underflow  {printable(SOURCE)}:7  node '" in heads[0]
+    assert heads[0].startswith("  error   PA101 eps-underflow  node '")
+    assert heads[0].endswith(f" in {printable(SCOPE)}, recorded at {printable(SOURCE)}:7")
     assert f"initializer '{printable(INIT)}'" in out and "eps\\nSECOND LINE\\x1b[2J\\n  error   PA000 FAKE" in out
 
 
@@ -139,7 +144,8 @@ def test_github_one_annotation_line_per_finding(repo, capsys):
     first = lines[0]
     # the % of the name's own "%0A" is escaped, so GitHub shows it as the text %0A, not as a line break
     assert "%250A::error::x\\n::warning::forged" in first and "%0A" not in first.replace("%250A", "")
-    assert first.startswith(f"::error file={printable(SOURCE).replace(',', '%2C').replace(':', '%3A')},line=7,")
+    assert first.startswith("::error file=hostile.onnx,line=1,")
+    assert f", recorded at {printable(SOURCE)}:7. Fix: " in first
     assert f"initializer '{printable(INIT).replace('%', '%25')}'" in lines[1]
 
 
@@ -162,7 +168,8 @@ def test_json_carries_the_names_raw(repo):
     under, zero, _ = report["results"]
     # the ONNX loader escapes node names itself today (frontends/onnx.py _printable); without it they are raw
     assert under["node_name"] in (NODE, printable(NODE))
-    assert under["scope"] == SCOPE and under["source_file"] == SOURCE and under["source_line"] == 7
+    assert under["scope"] == SCOPE and under["source_file"] is None and under["source_line"] is None
+    assert under["related_locations"] == [{"file": SOURCE, "line": 7, "message": RECORDED}]
     assert f"initializer '{INIT}'" in zero["message"]
 
 

@@ -322,3 +322,35 @@ def test_a_notebook_gets_a_fragment_whose_styles_touch_only_itself(tmp_path):
     selectors = [s.strip() for block in css.split("}") if "{" in block for s in block.split("{")[0].split(",")]
     assert selectors and all(s == ".precaudit-report" or s.startswith(".precaudit-report ") for s in selectors)
     assert "PA101" in html and report.to_html().startswith("<!DOCTYPE html>")
+
+
+@pytest.mark.requires("torch")
+def test_a_converted_hf_rmsnorm_is_told_what_helps(tmp_path):
+    """transformers' LlamaRMSNorm upcasts to float32 before the variance already: exported in float32, that Cast is
+    a no-op, and converting the model to float16 converts it too. The advice is to keep the norm in float32 in the
+    conversion (the converter's block list), not to write the upcast it has."""
+    import torch
+    from torch import nn
+
+    from fixtures.torch_exports import HFRMSNorm
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = HFRMSNorm(1e-6, upcast=True)
+
+        def forward(self, x):
+            return self.norm(x)
+
+    model = tmp_path / "llama_norm.onnx"
+    torch.onnx.export(Block().eval(), (torch.randn(2, 8),), str(model), dynamo=False, opset_version=17)
+    code, _, root = render(model, tmp_path, "--dtype", "fp16")
+    rows = list(next(root.iter("table", id="findings-table")).iter("tr"))[1:]
+    fixes = {row.attrs["data-rule"]: next(row.iter("div", **{"class": "fix"})).text for row in rows}
+    assert (code, sorted(fixes)) == (0, ["PA102", "PA208"])
+    assert fixes["PA208"] == (
+        "fix: Keep the statistic in float32. Converting a float32 export to float16 (--dtype, a converter) converts "
+        "a Cast to float32 before it too (HF Llama/T5 RMSNorm's x.float()): keep this norm out of the conversion "
+        "(precaudit keep-list prints your converter's block list). In a model exported in float16, cast before the "
+        "statistic (x.float().pow(2).mean(...)), or use the fused op (nn.LayerNorm / nn.RMSNorm export with "
+        "stash_type=1).")

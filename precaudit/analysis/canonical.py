@@ -259,7 +259,7 @@ def views(value: Value | None) -> list[Node]:
             square.outputs.append(data)
         last = stat.last
         mean = Node(last.name, "ReduceMean", inputs=[data], scope=last.scope, source_file=last.source_file,
-                    source_line=last.source_line, opset=last.opset)
+                    source_line=last.source_line, recorded_at=last.recorded_at, opset=last.opset)
         mean.outputs.append(Value(f"{last.name} (mean)", producer=mean))
         found.append(mean)
     return found

@@ -39,6 +39,9 @@ __all__ = ["FixResult", "run_fix"]
 
 @dataclass
 class FixResult:
+    """What `precaudit fix` (and precaudit.fix()) did: the repairs planned, the findings before and after, the float32
+    check, and whether the fixed model was written (written, output); exit_code is what the command line exits with."""
+
     model: str
     output: str | None
     target: Format

@@ -17,7 +17,7 @@ from ..dtypes import format_of_onnx_type
 from ..errors import InputError
 from ..ir import Graph, Node, Value, generated_name
 from .onnx_data import element_count, tensor_loader, text
-from .source import user_frame
+from .source import in_repository, user_frame
 
 __all__ = ["Undeclared", "build_graph"]
 
@@ -351,7 +351,11 @@ def _make_constant(node: Node, np_: onnx.NodeProto, path: str, model_dir: Path) 
 
 
 def _attach_metadata(node: Node, np_: onnx.NodeProto) -> None:
-    """Module scope and Python source line from the dynamo exporter's node metadata (the name gave the scope so far)."""
+    """Module scope and Python source line from the dynamo exporter's node metadata (the name gave the scope so far).
+
+    The line is where the model was exported from: a related location when that file is in this repository, never
+    the finding's place (an ONNX finding is in the model, at the node). torch_graph places a PyTorch input's nodes
+    by their lines instead."""
     meta = {text(p.key): text(p.value) for p in np_.metadata_props}
     scopes = re.findall(r"'([^']*)'", meta.get(_META_SCOPE, ""))
     if len(scopes) >= 2:
@@ -359,8 +363,8 @@ def _attach_metadata(node: Node, np_: onnx.NodeProto) -> None:
         node.scope = scopes[-2] or None
     stack = meta.get(_META_STACK, "")
     frame = user_frame(stack) if stack else None
-    if frame is not None:
-        node.source_file, node.source_line = frame
+    if frame is not None and in_repository(frame[0]):
+        node.recorded_at = frame
 
 
 _ATTR_TYPES = set(onnx.AttributeProto.AttributeType.values())

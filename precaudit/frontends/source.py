@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from pathlib import Path
 
-__all__ = ["frames", "user_frame"]
+__all__ = ["frames", "in_repository", "user_frame"]
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)(?:, in (\S+))?')
 _LIBRARY = re.compile(r"[/\\](site-packages|dist-packages|lib/python3\.\d+)[/\\]|^<")
@@ -46,3 +48,22 @@ def _relative(file: str) -> str:
         return Path(file).resolve().relative_to(Path.cwd().resolve()).as_posix()
     except ValueError:
         return file
+
+
+def in_repository(file: str) -> bool:
+    """Whether a file a model names (the exporter's stack trace) is a file in the repository the audit runs in (the
+    working directory's; the working directory outside one): a line of the exporting machine, or of a library there,
+    is shown only where the reader can open it."""
+    return _in_repository(os.getcwd(), file)
+
+
+@functools.lru_cache(maxsize=1024)
+def _in_repository(cwd: str, file: str) -> bool:
+    try:
+        here = Path(cwd).resolve()
+        # the repository as reports find it (report.locations.repo_root, a layer above): the nearest folder with .git
+        root = next((p for p in (here, *here.parents) if (p / ".git").exists()), here)
+        resolved = (here / file).resolve()
+        return resolved.is_relative_to(root) and resolved.is_file()
+    except (OSError, RuntimeError, ValueError):  # a name with a NUL byte, a symlink loop
+        return False

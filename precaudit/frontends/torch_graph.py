@@ -39,7 +39,7 @@ from .aten_lowering import lower_exported_program
 from .autocast import DEVICES, plan_autocast, preserve_casts
 from .autocast_export import cast_explicitly, note_export
 from .pt2_guard import archive_guard, no_compiled_code, pt2_package
-from .torch_objects import registered
+from .torch_objects import call_inputs, factory_parts, registered
 from .user_code import described, first_line, user_code
 
 __all__ = ["capture", "capture_under_autocast", "exported_fp32", "load_torch_as_onnx", "load_torch_graph"]
@@ -65,10 +65,10 @@ def load_torch_graph(spec: str, options: TorchOptions, target: str = "fp16") -> 
         return lower_exported_program(program, spec)
     if lowered.endswith((".pt", ".pth", ".ts")):
         return _load_torchscript_or_pickle(spec, options, target)
-    with _factory_model(spec, options) as (module, args):
+    with _factory_model(spec, options) as (module, args, kwargs):
         if options.autocast:
-            return capture_under_autocast(module, args, spec, options.autocast, target)
-        return capture(module, args, spec, target)
+            return capture_under_autocast(module, args, spec, options.autocast, target, kwargs)
+        return capture(module, args, spec, target, kwargs)
 
 
 def load_torch_as_onnx(spec: str, options: TorchOptions, target: str = "fp16") -> Graph:
@@ -83,22 +83,23 @@ def load_torch_as_onnx(spec: str, options: TorchOptions, target: str = "fp16") -
         return _load_torchscript_or_pickle(spec, options, target, as_onnx=True)
     if options.autocast:
         # the float32 program with the casts autocast inserts written in: the export computes in autocast's dtypes
+        kwargs: dict = {}
         if lowered.endswith(".pt2"):
             program, args = _load_pt2(spec, options), ()
         else:
-            with _factory_model(spec, options) as (module, args):
-                program, _ = _capture_fp32(module, args, spec)
+            with _factory_model(spec, options) as (module, args, kwargs):
+                program, _ = _capture_fp32(module, args, spec, kwargs)
         with _quiet():
             plan = plan_autocast(program, options.autocast, target, spec)
             cast_explicitly(program, plan)
-        return _exported_to_onnx(program, args, spec, plan)
+        return _exported_to_onnx(program, args, kwargs, spec, plan)
     if lowered.endswith(".pt2"):
-        graph = _exported_to_onnx(_load_pt2(spec, options), (), spec)
+        graph = _exported_to_onnx(_load_pt2(spec, options), (), {}, spec)
     else:
-        with _factory_model(spec, options) as (module, given):
+        with _factory_model(spec, options) as (module, given, given_kwargs):
             with user_code(spec, "converting the module with model.to()"):
-                program, args = _converted(module.eval(), given, target)
-            graph = _exported_to_onnx(program, args, spec)
+                converted, args, kwargs = _converted(module.eval(), given, given_kwargs, target)
+            graph = _exported_to_onnx(converted, args, kwargs, spec)
     graph.converted_to = target if target in _CAPTURE_IN and not lowered.endswith(".pt2") else None
     return graph
 
@@ -112,13 +113,13 @@ def exported_fp32(spec: str, options: TorchOptions):
     if lowered.endswith((".pt", ".pth", ".ts")):
         raise InputError(spec, "--for coreml names ops after the torch.export graph's nodes: give a factory "
                                "(model.py:make_model) or a torch.export .pt2, not a TorchScript or pickled file")
-    with _factory_model(spec, options) as (module, args), \
+    with _factory_model(spec, options) as (module, args, kwargs), \
             user_code(spec, "running forward() under torch.export", _CAPTURE_FAILED), _quiet():
-        return torch.export.export(module.eval(), args, strict=False)
+        return torch.export.export(module.eval(), args, kwargs, strict=False)
 
 
-def _exported_to_onnx(program, args: tuple, spec: str, plan=None) -> Graph:
-    return _via_onnx(program, args, spec, dynamo=True,
+def _exported_to_onnx(program, args: tuple, kwargs: dict, spec: str, plan=None) -> Graph:
+    return _via_onnx(program, (args, kwargs), spec, dynamo=True,
                      failure="traced mode exports the model to ONNX first, and that failed ({}); audit an ONNX "
                              "export with --trace instead", plan=plan)
 
@@ -127,8 +128,8 @@ def _exported_to_onnx(program, args: tuple, spec: str, plan=None) -> Graph:
 
 
 @contextlib.contextmanager
-def _factory_model(spec: str, options: TorchOptions) -> Iterator[tuple[nn.Module, tuple]]:
-    """The factory's (module, inputs), with model.py's imports in effect until the model is captured.
+def _factory_model(spec: str, options: TorchOptions) -> Iterator[tuple[nn.Module, tuple, dict]]:
+    """The factory's (module, args, kwargs), with model.py's imports in effect until the model is captured.
 
     Its folder stays on sys.path while the factory and forward() run (they may import neighbours late); then
     sys.path is restored and the modules imported from that folder are forgotten, so the next model's
@@ -167,8 +168,9 @@ def _left_as_given(module: nn.Module) -> Iterator[None]:
             m.training = training
 
 
-def _from_factory(spec: str, options: TorchOptions, folder: Path | None) -> tuple[nn.Module, tuple]:
-    """Import model.py or package.module, call the factory; it returns a module or (module, example inputs)."""
+def _from_factory(spec: str, options: TorchOptions, folder: Path | None) -> tuple[nn.Module, tuple, dict]:
+    """Import model.py or package.module, call the factory; it returns a module, or the module and its example inputs
+    (torch_objects.factory_parts)."""
     target, _, attr = spec.rpartition(":")
     with user_code(target, "importing it"):
         module = _import_model(target, folder) if folder else importlib.import_module(target)
@@ -177,13 +179,13 @@ def _from_factory(spec: str, options: TorchOptions, folder: Path | None) -> tupl
         raise InputError(spec, f"'{attr}' is not a function or class in {target}")
     with user_code(spec, f"calling {attr}()"):
         made = factory()
-        model, args = (made[0], made[1]) if isinstance(made, tuple) and len(made) == 2 else (made, None)
+        model, inputs, _ = factory_parts(spec, made)
         if not isinstance(model, nn.Module):
             raise InputError(spec, f"{attr}() must return an nn.Module or (module, example inputs), got "
                                    f"{type(model).__name__}")
-    if args is None:
-        args = _synthesized(spec, options)
-    return model, args if isinstance(args, tuple) else (args,)
+    if inputs is None:
+        return model, _synthesized(spec, options), {}
+    return model, *call_inputs(spec, inputs)
 
 
 def _import_model(target: str, folder: Path):
@@ -302,13 +304,14 @@ def _is_torchscript(fh: BinaryIO) -> bool:
 
 def _torchscript_graph(scripted, spec: str, options: TorchOptions) -> Graph:
     """TorchScript has no torch.export path: run it through the TorchScript ONNX exporter and read that."""
-    return _via_onnx(scripted, _synthesized(spec, options), spec, dynamo=False,
+    return _via_onnx(scripted, (_synthesized(spec, options), {}), spec, dynamo=False,
                      failure="could not convert the TorchScript module ({}); check --input-shape, or audit an ONNX "
                              "export instead")
 
 
-def _via_onnx(model, args: tuple, spec: str, dynamo: bool, failure: str, plan=None) -> Graph:
-    """Export to a temporary ONNX file with torch.onnx and read that; failure names what went wrong.
+def _via_onnx(model, inputs: tuple[tuple, dict], spec: str, dynamo: bool, failure: str, plan=None) -> Graph:
+    """Export to a temporary ONNX file with torch.onnx and read that; inputs: (args, kwargs); failure names what went
+    wrong.
 
     A dynamo export's nodes are placed as a captured program's are (source.frames: a library module's own
     forward, the user's call as the call site); with an autocast plan every float value says why it has its dtype.
@@ -322,7 +325,8 @@ def _via_onnx(model, args: tuple, spec: str, dynamo: bool, failure: str, plan=No
     out = Path(folder) / "model.onnx"
     with user_code(spec, "running forward() for the ONNX export", failure):  # the exporter runs the user's forward()
         with _quiet():
-            torch.onnx.export(model, args, str(out), dynamo=dynamo, opset_version=18 if dynamo else 17)
+            torch.onnx.export(model, inputs[0], str(out), kwargs=inputs[1], dynamo=dynamo,
+                              opset_version=18 if dynamo else 17)
         try:
             graph = load_onnx(str(out))
         except InputError as exc:
@@ -348,6 +352,8 @@ def _placed(graph: Graph, path: Path) -> dict[str, str]:
 
     model = onnx.load(str(path), load_external_data=False)
     by_name = {node.name: node for node in graph.nodes}
+    for each in graph.nodes:  # a PyTorch input is placed at its Python lines, below: they are no related location
+        each.recorded_at = None
     targets: dict[str, str] = {}
     for proto in model.graph.node:
         node = by_name.get(proto.name)
@@ -372,21 +378,24 @@ def _placed(graph: Graph, path: Path) -> dict[str, str]:
 # ---- capture ---------------------------------------------------------------------------------------------
 
 
-def _converted(model: nn.Module, args: tuple, target: str) -> tuple[nn.Module, tuple]:
+def _converted(model: nn.Module, args: tuple, kwargs: dict, target: str) -> tuple[nn.Module, tuple, dict]:
     """model.to(dtype) with its float inputs, for fp16/bf16 targets; unchanged otherwise."""
     dtype = _CAPTURE_IN.get(target)
     if dtype is None:
-        return model, args
-    return model.to(dtype), tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-                                  for a in args)
+        return model, args, kwargs
+
+    def to(a):
+        return a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+
+    return model.to(dtype), tuple(map(to, args)), {k: to(v) for k, v in kwargs.items()}
 
 
-def capture(model: nn.Module, args: tuple, spec: str, target: str) -> Graph:
+def capture(model: nn.Module, args: tuple, spec: str, target: str, kwargs: dict | None = None) -> Graph:
     # model.eval(), .to() and forward() are the user's code: any exit or exception there is this model's error
     with user_code(spec, "running forward() under torch.export", _CAPTURE_FAILED):
-        model, args = _converted(model.eval(), args, target)
+        model, args, kwargs = _converted(model.eval(), args, kwargs or {}, target)
         with _quiet():
-            ep = torch.export.export(model, args, strict=False)
+            ep = torch.export.export(model, args, kwargs, strict=False)
         eps = _module_walk(model)
     graph = lower_exported_program(ep, spec)
     graph.module_eps = eps
@@ -407,16 +416,17 @@ def _check_autocast(spec: str, options: TorchOptions, target: str) -> None:
                                "torch.export .pt2, not a TorchScript or pickled file")
 
 
-def _capture_fp32(model: nn.Module, args: tuple, spec: str):
+def _capture_fp32(model: nn.Module, args: tuple, spec: str, kwargs: dict | None = None):
     """The module as it runs under autocast: in float32, every float cast it writes recorded."""
     with user_code(spec, "running forward() under torch.export", _CAPTURE_FAILED):
         model = model.eval()
         with _quiet(), preserve_casts():
-            return torch.export.export(model, args, strict=False), _module_walk(model)
+            return torch.export.export(model, args, kwargs, strict=False), _module_walk(model)
 
 
-def capture_under_autocast(model: nn.Module, args: tuple, spec: str, device: str, target: str) -> Graph:
-    program, eps = _capture_fp32(model, args, spec)
+def capture_under_autocast(model: nn.Module, args: tuple, spec: str, device: str, target: str,
+                           kwargs: dict | None = None) -> Graph:
+    program, eps = _capture_fp32(model, args, spec, kwargs)
     graph = _lowered_under_autocast(program, spec, device, target)
     graph.module_eps = eps
     return graph

@@ -82,6 +82,9 @@ class Policy:
 
 @dataclass
 class KeepList:
+    """What `precaudit keep-list` (and precaudit.keep_list()) found: the nodes to keep in float32 for a converter,
+    checked as far as it could be; code() is the snippet, exit_code what the command line exits with."""
+
     model: str
     graph: Graph
     target: Format

@@ -25,7 +25,7 @@ from ..version import __version__
 from .charts import DTYPE_COLORS, MAX_POINTS, dtype_strip, esc, headroom_chart, num, variance_chart
 from .dtype_map import NodeDtype
 from .folding import fold_names, fold_texts, shape_of
-from .locations import shown
+from .locations import recorded, shown
 from .outcome import Outcome
 from .text import summary_line
 
@@ -182,6 +182,7 @@ def _finding_row(i: int, f: Finding, several: bool) -> str:
     where = f.scope or ""
     if f.source_file:
         where = f"{f.source_file}:{f.source_line}" + (f" · {where}" if where else "")
+    where = " · ".join(filter(None, [where, *(f"recorded at {file}:{line}" for file, line in recorded(f))]))
     dtype = f.values.get("compute_dtype") or ""
     numbers = "".join(f"<span><i>{label}</i> {_value(f.values[key], pct)}</span>"
                       for key, label, pct in _NUMBERS if isinstance(f.values.get(key), (int, float))

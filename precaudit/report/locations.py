@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from ..escape import printable
-from ..finding import Finding
+from ..finding import RECORDED, Finding
 
-__all__ = ["full_message", "node_phrase", "relative_path", "repo_root", "shown"]
+__all__ = ["full_message", "node_phrase", "recorded", "recorded_phrase", "relative_path", "repo_root", "shown"]
 
 
 def repo_root(start: Path | None = None) -> Path:
@@ -38,6 +38,8 @@ def shown(f: Finding) -> Finding:
                                if isinstance(value := getattr(f, fld.name), str)}
     changes["values"] = {k: printable(v) if isinstance(v, str) else v for k, v in f.values.items()}
     changes["references"] = [printable(r) for r in f.references]
+    changes["related_locations"] = [{k: printable(v) if isinstance(v, str) else v for k, v in loc.items()}
+                                    for loc in f.related_locations]
     return dataclasses.replace(f, **changes)
 
 
@@ -46,6 +48,17 @@ def node_phrase(f: Finding) -> str:
     return f"node '{f.node_name}' ({f.op_type})" + (f" in {f.scope}" if f.scope else "")
 
 
+def recorded(f: Finding) -> list[tuple[str, int | None]]:
+    """The Python lines an exporter recorded for an ONNX finding's node, where the file is in this repository: related
+    to the finding, which is in the model, at the node."""
+    return [(loc["file"], loc["line"]) for loc in f.related_locations if loc["message"] == RECORDED]
+
+
+def recorded_phrase(f: Finding) -> str:
+    """', recorded at src/model.py:9' after the node, or nothing."""
+    return "".join(f", recorded at {file}:{line}" for file, line in recorded(f))
+
+
 def full_message(f: Finding) -> str:
     """One self-contained message for viewers that show nothing else: what, where, and the fix."""
-    return f"{f.message.rstrip('.')}. At {node_phrase(f)}. Fix: {f.fix}"
+    return f"{f.message.rstrip('.')}. At {node_phrase(f)}{recorded_phrase(f)}. Fix: {f.fix}"

@@ -8,7 +8,7 @@ from ..escape import printable
 from ..finding import SEVERITIES, Finding
 from ..result import AuditResult
 from .folding import fold_names, fold_set, fold_texts, shape_of
-from .locations import node_phrase, shown
+from .locations import node_phrase, recorded, shown
 from .outcome import Outcome
 
 __all__ = ["group_findings", "render_concise", "render_statistics", "render_text", "summary_line"]
@@ -77,7 +77,8 @@ def _block(members: list[Finding], head: str) -> list[str]:
         reason = first.values.get("compute_reason") and fold_texts([f.values["compute_reason"] for f in members])
     sources = _sources_phrase(members)
     measured = f"  [traced on {first.inputs} inputs]" if first.inputs else ""
-    lines = [head + (f"{sources}  " if sources else "") + where + measured, f"          {message}"]
+    lines = [head + (f"{sources}  " if sources else "") + where + _recorded_phrase(members) + measured,
+             f"          {message}"]
     if reason:
         lines.append(f"          why {first.values['compute_dtype']}: {reason}")
     lines.append(f"          fix: {fix}")
@@ -101,15 +102,26 @@ def _sources_phrase(members: list[Finding]) -> str:
     return ", ".join(f"{file}:{fold_set(numbers)}" for file, numbers in lines.items())
 
 
+def _recorded_phrase(members: list[Finding]) -> str:
+    """', recorded at model.py:{9,12}': the Python lines an exporter recorded for the nodes of an ONNX model."""
+    lines: dict[str, list[str]] = {}
+    for f in members:
+        for file, line in recorded(f):
+            lines.setdefault(file, []).append(str(line))
+    return "".join(f", recorded at {file}:{fold_set(numbers)}" for file, numbers in lines.items())
+
+
 def render_concise(outcome: Outcome) -> str:
     """--format concise: one line per finding (as Ruff's concise output), then the summary.
 
-    The location comes first: the Python file and line where known, else the model and the node.
+    The location comes first: the Python file and line of a PyTorch model, else the model and the node (and at the
+    end the line an exporter recorded for it).
     """
     lines = []
     for f in map(shown, outcome.result.findings):
         where = f"{f.source_file}:{f.source_line}" if f.source_file else f"{f.model}:{f.node_name}"
-        lines.append(f"{where}: {f.rule_id} [{f.severity}] {f.message}")
+        note = "".join(f" (recorded at {file}:{line})" for file, line in recorded(f))
+        lines.append(f"{where}: {f.rule_id} [{f.severity}] {f.message}{note}")
     return "\n".join([*lines, *_trace_lines(outcome.result), summary_line(outcome.result),
                       *_hidden_lines(outcome)]) + "\n"
 

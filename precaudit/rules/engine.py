@@ -6,7 +6,8 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from ..analysis.sites.base import Site
-from ..finding import Finding
+from ..finding import RECORDED, Finding
+from ..ir import Node
 from .condition import ConditionError
 from .loader import Rule
 from .template import render
@@ -65,10 +66,19 @@ def _finding(rule: Rule, site: Site, env: dict[str, Any], model: str) -> Finding
         source_file=node.source_file, source_line=node.source_line,
         values={k: v for k, v in site.facts.items() if not k.startswith("fmt_") and _plain(v)},
         references=list(rule.references),
-        related_locations=[{"file": node.call_site[0], "line": node.call_site[1],
-                            "message": "the call into the module whose forward() holds this op"}]
-        if node.call_site else [],
+        related_locations=_related(node),
     )
+
+
+def _related(node: Node) -> list[dict[str, Any]]:
+    """The user's call into the library module whose forward() holds the op; the line an exporter recorded."""
+    related = []
+    if node.call_site:
+        related.append({"file": node.call_site[0], "line": node.call_site[1],
+                        "message": "the call into the module whose forward() holds this op"})
+    if node.recorded_at:
+        related.append({"file": node.recorded_at[0], "line": node.recorded_at[1], "message": RECORDED})
+    return related
 
 
 def _plain(value: Any) -> bool:

@@ -7,7 +7,8 @@ exceptions and exits are one InputError). It returns
     (model, inputs, loss_fn)                 loss_fn(output) is the loss (close over your targets)
     (model, inputs, loss_fn, optimizer)      or (model, inputs, optimizer), or a dict with those four keys
 
-inputs is a tensor, a tuple of positional inputs, or a dict of keyword inputs (input_ids=..., labels=...). The
+inputs is what every command takes (torch_objects.call_inputs): a tensor, a tuple of positional inputs, a dict of
+keyword inputs (input_ids=..., labels=...), or both, given as two items, (model, args, kwargs, ...). The
 optimizer's class and param_groups (lr, eps, betas, weight_decay, momentum) are read as configured; the audit
 builds its own copies for each run, so the user's objects are never stepped.
 """
@@ -25,6 +26,7 @@ from torch import nn
 
 from ..errors import InputError
 from ..files import check_regular
+from ..frontends.torch_objects import call_inputs, factory_parts
 from ..frontends.user_code import safe_str, user_code
 
 __all__ = ["MODELLED_OPTIMIZERS", "LossModule", "OptimizerSpec", "TrainSetup", "load_setup", "setup_of"]
@@ -148,8 +150,7 @@ def setup_of(spec: str, made: Any) -> TrainSetup:
     if not isinstance(model, nn.Module):
         raise InputError(spec, f"the training factory must return (model, inputs, ...), with an nn.Module first, "
                                f"not {type(model).__name__}")
-    args, kwargs = (tuple(inputs), {}) if isinstance(inputs, (tuple, list)) else \
-        ((), dict(inputs)) if isinstance(inputs, dict) else ((inputs,), {})
+    args, kwargs = call_inputs(spec, inputs)
     flat, tree = pytree.tree_flatten((args, kwargs))
     for leaf in flat:
         if isinstance(leaf, torch.Tensor) and leaf.device.type != "cpu":
@@ -178,11 +179,11 @@ def _parts(spec: str, made: Any) -> tuple[Any, Any, Callable | None, Any]:
             raise InputError(spec, "a dict from the training factory needs 'model' and 'inputs' (and may have "
                                    f"'loss_fn', 'optimizer'){'; unknown: ' + ', '.join(sorted(map(str, unknown)))[:200] if unknown else ''}")
         return made["model"], made["inputs"], made.get("loss_fn"), made.get("optimizer")
-    if not isinstance(made, tuple) or not 2 <= len(made) <= 4:
-        raise InputError(spec, "the training factory must return (model, inputs), (model, inputs, loss_fn) or "
-                               "(model, inputs, loss_fn, optimizer), not "
-                               f"{type(made).__name__}{f' of {len(made)}' if isinstance(made, tuple) else ''}")
-    model, inputs, *rest = made
+    if not isinstance(made, tuple) or len(made) < 2:
+        raise _bad_shape(spec, made)
+    model, inputs, rest = factory_parts(spec, made, more=len(made))  # (model, args, kwargs, ...) made one inputs
+    if len(rest) > 2:
+        raise _bad_shape(spec, made)
     loss_fn = optimizer = None
     for item in rest:
         if isinstance(item, torch.optim.Optimizer):
@@ -193,6 +194,12 @@ def _parts(spec: str, made: Any) -> tuple[Any, Any, Callable | None, Any]:
             raise InputError(spec, f"after (model, inputs) the factory may return a loss_fn and an optimizer, not "
                                    f"{type(item).__name__}")
     return model, inputs, loss_fn, optimizer
+
+
+def _bad_shape(spec: str, made: Any) -> InputError:
+    return InputError(spec, "the training factory must return (model, inputs), (model, inputs, loss_fn) or "
+                            "(model, inputs, loss_fn, optimizer), not "
+                            f"{type(made).__name__}{f' of {len(made)}' if isinstance(made, tuple) else ''}")
 
 
 def _optimizer_spec(spec: str, optimizer: Any, named: list[tuple[str, nn.Parameter]]) -> OptimizerSpec:
