@@ -124,7 +124,7 @@ def render_inventory_text(model: str, entries: list[EpsEntry]) -> str:
 
 
 def render_inventory_json(model: str, entries: list[EpsEntry]) -> str:
-    from .report.json import strict_json
+    from .escape import strict_json
 
     return json.dumps(strict_json({"schema_version": 1, "model": model, "eps": [asdict(e) for e in entries]}),
                       indent=2, ensure_ascii=False) + "\n"
@@ -148,7 +148,7 @@ def render_diff_text(old: str, new: str, changes: list[dict[str, Any]]) -> str:
 
 
 def render_diff_json(old: str, new: str, changes: list[dict[str, Any]]) -> str:
-    from .report.json import strict_json
+    from .escape import strict_json
 
     return json.dumps(strict_json({"schema_version": 1, "old": old, "new": new, "changes": changes}), indent=2,
                       ensure_ascii=False) + "\n"

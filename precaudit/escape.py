@@ -15,9 +15,10 @@ harmless visible text, and the JSON and SARIF reports carry the exact name for a
 
 from __future__ import annotations
 
+import math
 import re
 
-__all__ = ["ESCAPED", "encodable", "exact_regex", "log_line", "printable"]
+__all__ = ["ESCAPED", "encodable", "exact_regex", "log_line", "printable", "strict_json"]
 
 _SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
@@ -90,3 +91,19 @@ def exact_regex(name: str) -> str:
     escaped = "".join((f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}") if ord(c) in ESCAPED
                       else re.escape(c) for c in name)
     return f"^{escaped}\\Z"
+
+
+def strict_json(value):
+    """Plain JSON: inf and nan (an eps that overflowed) become the strings "inf", "-inf", "nan", and a lone
+    surrogate (a path with bytes that are not UTF-8) is written as the visible text \\udcxx, not as a JSON escape
+    that strict parsers and I-JSON reject.
+    """
+    if isinstance(value, str):  # the most common value first: this walks every value of every finding
+        return encodable(value)
+    if isinstance(value, dict):
+        return {strict_json(k): strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value

@@ -84,7 +84,7 @@ def deployment_matrix(settings: Settings, models: list[str], torch: TorchOptions
 
 
 def render_matrix_json(matrix: Matrix) -> str:
-    from .report.json import strict_json
+    from .escape import strict_json
 
     data = {"schema_version": 1, "runtimes": matrix.runtimes, "models": matrix.models,
             "rows": [{"model": r.model, "rule_id": r.rule_id, "rule_name": r.rule_name, "node": r.node,

@@ -33,7 +33,6 @@ LAYERS: list[set[str]] = [
 KNOWN_CIRCLES: list[set[str]] = []
 # Imports up the layers known today, outside analysis/ and frontends/: to be emptied, like KNOWN_CIRCLES.
 KNOWN_UPWARD: list[tuple[str, str]] = [
-    ("precaudit.keeplist.render", "precaudit.report.json"),
     ("precaudit.train.audit", "precaudit.pipeline"),
     ("precaudit.train.audit", "precaudit.report.locations"),
     ("precaudit.train.audit", "precaudit.report.outcome"),

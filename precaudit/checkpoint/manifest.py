@@ -112,7 +112,7 @@ def run_manifest(manifest: str, results: str | None, resume: bool, jobs: int, sa
     with (open(results, "a", encoding="utf-8") if results is not None else _stdout()) as out:
         if cut:
             out.write("\n")
-        from ..report.json import strict_json
+        from ..escape import strict_json
 
         for line in _lines(todo, jobs, run, say):
             out.write(json.dumps(strict_json(line), allow_nan=False) + "\n")

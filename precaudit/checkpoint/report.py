@@ -84,7 +84,7 @@ class ScanReport:
     def to_json(self) -> str:
         """The report as JSON: the document indented, each tensor and finding on a line of its own (a checkpoint
         may have 100,000 scale tensors: readable with grep, and written by json's C encoder)."""
-        from ..report.json import strict_json  # precaudit's own: inf and nan as strings, no lone surrogate
+        from ..escape import strict_json  # precaudit's own: inf and nan as strings, no lone surrogate
 
         with collector_paused():
             return _json_text(strict_json(self.to_dict()))

@@ -44,7 +44,7 @@ def sarif_document(report: ScanReport) -> dict[str, Any]:
 
 
 def render_sarif(report: ScanReport) -> str:
-    from ..report.json import strict_json
+    from ..escape import strict_json
 
     return json.dumps(strict_json(sarif_document(report)), indent=2, allow_nan=False) + "\n"
 

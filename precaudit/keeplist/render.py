@@ -125,7 +125,7 @@ def render_json(keep: KeepList) -> str:
         "external_data_over_2gb": args.large,
         "snippet": None if _refused(keep) else snippet(keep, args),
     }
-    from ..report.json import strict_json  # as the report: no lone surrogate, no NaN, in the JSON
+    from ..escape import strict_json  # as the report: no lone surrogate, no NaN, in the JSON
 
     return json.dumps(strict_json(data), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 

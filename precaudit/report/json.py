@@ -8,10 +8,9 @@ prints them to a terminal escapes them (precaudit.escape.printable does it for t
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict
 
-from ..escape import encodable
+from ..escape import strict_json
 from ..finding import SEVERITIES
 from ..version import __version__
 from .outcome import Outcome
@@ -46,25 +45,4 @@ def report_document(outcome: Outcome) -> dict:
 
 
 def render_json(outcome: Outcome) -> str:
-    return json.dumps(_strict(report_document(outcome)), indent=2, allow_nan=False) + "\n"
-
-
-def strict_json(value):
-    """The value as plain JSON takes it (_strict): what every JSON precaudit writes goes through."""
-    return _strict(value)
-
-
-def _strict(value):
-    """Plain JSON: inf and nan (an eps that overflowed) become the strings "inf", "-inf", "nan", and a lone
-    surrogate (a path with bytes that are not UTF-8) is written as the visible text \\udcxx, not as a JSON escape
-    that strict parsers and I-JSON reject.
-    """
-    if isinstance(value, str):  # the most common value first: this walks every value of every finding
-        return encodable(value)
-    if isinstance(value, dict):
-        return {_strict(k): _strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value
+    return json.dumps(strict_json(report_document(outcome)), indent=2, allow_nan=False) + "\n"

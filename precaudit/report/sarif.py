@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..escape import strict_json
 from ..finding import Finding
 from ..rules.loader import Rule
 from ..version import __version__
-from .json import _strict
 from .locations import full_message, relative_path, shown
 from .outcome import Outcome
 from .rule_docs import placeholders
@@ -43,7 +43,7 @@ def sarif_document(outcome: Outcome) -> dict:
 
 
 def render_sarif(outcome: Outcome) -> str:
-    return json.dumps(_strict(sarif_document(outcome)), indent=2, allow_nan=False) + "\n"
+    return json.dumps(strict_json(sarif_document(outcome)), indent=2, allow_nan=False) + "\n"
 
 
 def _rule(rule: Rule) -> dict:
