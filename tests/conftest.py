@@ -1,8 +1,11 @@
 """What every test file shares: the tiers, the optional packages a test needs, and the folder a test runs in.
 
 Tiers: `python -m pytest -q` runs the default tier (every rule's fire/quiet fixture, the CLI, the API, the
-renderers, the runtimes), a few minutes on a laptop; `python -m pytest -q -m slow` runs the rest (architecture
-sweeps, traced big models, real exporters, training sweeps, fuzzing). CI (.ci/run) runs both.
+renderers, the runtimes, autocast at fp16); `python -m pytest -q -m slow` runs the rest (the real exporters on
+transformers models, the autocast matrix of every mode, the training sweep, hostile training code in its worker,
+every fixture rendered as HTML, models over 1 GB). CI (.ci/run) runs both. A test joins the slow tier with
+`@pytest.mark.slow` (or `pytestmark` for a file) when it takes seconds and covers what a default-tier test already
+reaches.
 
 A test that needs an optional package says so with `@pytest.mark.requires("torch", ...)` (or `pytestmark` for a
 whole file), and is skipped, naming what is missing, where it is not installed.

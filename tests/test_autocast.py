@@ -146,7 +146,7 @@ STATIC = {
 }
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", [m if m == "autocast-fp16" else pytest.param(m, marks=pytest.mark.slow) for m in MODES])
 @pytest.mark.parametrize("case", STATIC)
 def test_static_findings_per_mode(tmp_path, case, mode):
     assert rule_ids(findings(tmp_path, f"{CASES}:{case}", *MODES[mode])) == STATIC[case][mode]
@@ -254,6 +254,7 @@ def test_transformers_models_under_autocast():
 @pytest.mark.parametrize("model", ["llama", "bert", "t5"])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.requires("transformers")
+@pytest.mark.slow
 def test_transformers_models_static_findings(tmp_path, model, mode):
     # well written for both: Llama and T5 upcast their RMSNorms, BERT's LayerNorm is fused (float32 statistics,
     # and autocast lifts layer_norm); masks are finfo(dtype).min of the embedding dtype, float32 under autocast,

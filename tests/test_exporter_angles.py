@@ -11,6 +11,8 @@ pytest.importorskip("onnxscript")  # the dynamo exporter's backend
 from fixtures.torch_exports import EXPORTERS, Rope, export_dynamic_seq  # noqa: E402
 from tests.helpers import run_json  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 # (upcast, dtype of the export) -> rule ids (with the node's op) without --dim, with seq=64, with seq=4096, traced
 _IN_FP16 = ([("PA217", "Cos")], [], [("PA217", "Cos"), ("PA218", "Cast")],
             [("PA217", "Cos"), ("PA218", "Cast"), ("PA909", "Cos"), ("PA910", "Cast")])

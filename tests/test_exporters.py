@@ -12,6 +12,8 @@ pytest.importorskip("onnxscript")  # the dynamo exporter's backend
 from fixtures.torch_exports import CASES, DTYPES, HF_CASES, export  # noqa: E402
 from tests.helpers import assert_traced_alike, run_json  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 PARAMS = [(case, exporter, dtype) for case in CASES + HF_CASES for exporter in case.exporters for dtype in DTYPES]
 
 

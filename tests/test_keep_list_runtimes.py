@@ -253,6 +253,7 @@ KEPT_FX = ["mean", "sub", "pow_1", "mean_1", "sub_1", "add", "sqrt", "div"]
 
 
 @pytest.mark.requires("torch", "coremltools")
+@pytest.mark.slow
 def test_coreml_names_the_ops_by_the_torch_export_nodes_and_converts_here(tmp_path):
     """x - mean over a hand-written LayerNorm with eps 1e-12 (5.96e-8 in coremltools' float16): the whole chain,
     named as torch.export names the nodes. coremltools converts the printed snippet here: every op writing a listed

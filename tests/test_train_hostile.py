@@ -20,6 +20,8 @@ from precaudit.cli import main  # noqa: E402
 from precaudit.train.audit import MAX_STEPS  # noqa: E402
 from tests.helpers import run_cli_process  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 GOOD = spec("adam_eps_1e_8")
 
 
