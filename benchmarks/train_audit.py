@@ -114,7 +114,8 @@ def phases(regime: str) -> list[tuple[str, float]]:
     from precaudit.train.factory import setup_of
     from precaudit.train.regimes import regime_named
     from precaudit.train.sites import static_sites
-    from precaudit.train.step import collapsed_row, run_steps
+    from precaudit.train.collapsed import collapsed_row
+    from precaudit.train.step import run_steps
 
     reg = regime_named(regime)
     setup = setup_of(f"{HERE}:make", make())

@@ -175,7 +175,8 @@ def _audit(spec: str, regime, options: TrainOptions, rules, made: Any):
     findings += apply_rules(rules, static_sites(setup, regime, forward, options.lr), spec)
     gradients = None
     if options.trace:
-        from .step import collapsed_row, run_steps
+        from .collapsed import collapsed_row
+        from .step import run_steps
 
         result = run_steps(setup, regime, options.steps, options.seed, options.loss_scale, options.lr)
         collapsed = collapsed_row(setup, regime, options.seed) if options.collapsed_row else None
