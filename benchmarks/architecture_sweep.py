@@ -15,7 +15,8 @@ precaudit command line, also in its own process:
 It prints a line per export: the rule ids and counts per mode, any error, and a traceback as FAILED. With
 --census PAGE it writes the precision census instead (docs/census.md; rendered by benchmarks/census.py): each export
 gets one child process that runs every mode through the Python API (fp16, bf16 and fp8-e4m3 static audits, traced
-fp16, the three converters, `keep-list --for onnxruntime`, `fix` and the re-audit of what it wrote), a crash or a
+fp16, the three converters, `keep-list --for onnxruntime`, `fix` and the re-audit of what it wrote, and fp16 at
+--runtime ort-cpu, ort-cuda, tensorrt, openvino-cpu and coreml: the last on the module itself), a crash or a
 timeout is FAILED in that row, and the page is rewritten after each architecture (an interrupted run leaves a page
 that says how far it got). --census-check PAGE reruns the architectures PAGE holds and exits 1, printing the rows,
 where the data differs (the timing and the commit are not data). With
@@ -40,9 +41,9 @@ import subprocess
 import sys
 import tempfile
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 import census  # benchmarks/census.py: the census page (this folder is on sys.path when the script runs)
 
@@ -119,7 +120,7 @@ def _build(name: str, dynamic: bool):
     cls = getattr(tf, name)
     config = cls.config_class()
     for key, value in {**SMALL, **SPECIAL.get(name, {})}.items():
-        if hasattr(config, key) or name in SPECIAL and key in SPECIAL[name]:
+        if hasattr(config, key) or (name in SPECIAL and key in SPECIAL[name]):
             with contextlib.suppress(Exception):
                 setattr(config, key, value)
     if dynamic and hasattr(config, "use_cache"):
@@ -173,24 +174,6 @@ def export_one(name: str, folder: str, dynamic: bool) -> None:
 
 # ---- the census child: every mode of one export, through the Python API -------------------------------------
 
-# Which kind of model each architecture is, for the census summary (the position encoding and the norm decide which
-# rules can fire: RoPE's cos/sin, RMSNorm's mean of squares, a CNN's BatchNorm folded into its Conv).
-FAMILIES = {
-    "text encoder, LayerNorm (BERT-like)": ["BertModel", "DistilBertModel", "RobertaModel", "DebertaV2Model",
-                                            "ElectraModel", "MPNetModel", "AlbertModel", "XLMRobertaModel"],
-    "text decoder, learned or ALiBi positions": ["GPT2Model", "OPTModel", "BloomModel"],
-    "RoPE text, LayerNorm": ["ModernBertModel", "GPTNeoXModel", "FalconModel", "PhiModel", "StableLmModel",
-                             "CohereModel", "OlmoModel"],
-    "RoPE text, RMSNorm": ["LlamaModel", "MistralModel", "Qwen2Model", "Qwen3Model", "Phi3Model", "GemmaModel",
-                           "Gemma2Model", "GraniteModel"],
-    "T5 encoder (RMSNorm, relative bias)": ["T5EncoderModel", "MT5EncoderModel"],
-    "vision transformer": ["ViTModel", "DeiTModel", "BeitModel", "Dinov2Model", "CLIPVisionModel", "SwinModel",
-                           "LevitModel", "SegformerModel", "MobileViTModel"],
-    "vision CNN": ["ConvNextModel", "ConvNextV2Model", "ResNetModel", "MobileNetV2Model", "PoolFormerModel",
-                   "RegNetModel", "EfficientNetModel"],
-    "audio encoder": AUDIO,
-}
-FAMILY_OF = {name: family for family, names in FAMILIES.items() for name in names}
 CENSUS_TIMEOUT = 1800  # seconds one export's child may take for every mode (a hung trace must not stop the sweep)
 
 
@@ -236,6 +219,16 @@ def _fix_value(path: str, folder: str) -> dict:
     return value
 
 
+def _coreml_value(path: str, folder: str) -> dict:
+    """--runtime coreml audits the PyTorch module (coremltools converts modules, not ONNX files): the architecture
+    the export was made from, built again as export_one builds it."""
+    import precaudit
+
+    name = Path(path).stem.rsplit("-", 1)[0]
+    module, args, _, _ = _build(name, False)
+    return _audit_value(precaudit.audit(module, "fp16", runtime="coreml", example_inputs=args, config=None), folder)
+
+
 def census_one(path: str) -> None:
     """Child process: every census mode of one export, one JSON line per mode as each finishes (a crash later on
     loses only the modes after it)."""
@@ -248,6 +241,9 @@ def census_one(path: str) -> None:
     modes += [(f"converter:{c}", lambda c=c: _audit_value(precaudit.audit(path, "fp16", converter=c, config=None),
                                                             folder)) for c in census.CONVERTERS]
     modes += [("keep_list", lambda: _keep_list_value(path)), ("fix", lambda: _fix_value(path, folder))]
+    modes += [(f"runtime:{r}", lambda r=r: _audit_value(precaudit.audit(path, "fp16", runtime=r, config=None), folder))
+              for r in census.RUNTIMES if r != "coreml"]
+    modes.append(("runtime:coreml", lambda: _coreml_value(path, folder)))
     for mode, run in modes:
         try:
             with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
@@ -323,22 +319,24 @@ def _census_child(model: Path) -> dict:
         with contextlib.suppress(ValueError):
             message = json.loads(line)
             values[message["mode"]] = message["value"]
-    modes = [*census.STATIC_DTYPES, "trace", *(f"converter:{c}" for c in census.CONVERTERS), "keep_list", "fix"]
+    modes = [*census.STATIC_DTYPES, "trace", *(f"converter:{c}" for c in census.CONVERTERS), "keep_list", "fix",
+             *(f"runtime:{r}" for r in census.RUNTIMES)]
     return {mode: values.get(mode, {"failed": why.replace(str(model.parent) + "/", "")}) for mode in modes}
 
 
 def _row(name: str, exporter: str, values: dict) -> dict:
-    row = {"architecture": name, "family": FAMILY_OF.get(name, "other"), "exporter": exporter,
-           **{k: v for k, v in values.items() if not k.startswith("converter:")}}
+    row = {"architecture": name, "family": census.FAMILY_OF.get(name, "other"), "exporter": exporter,
+           **{k: v for k, v in values.items() if not k.startswith(("converter:", "runtime:"))}}
     row["converters"] = {c: values[f"converter:{c}"] for c in census.CONVERTERS}
+    row["runtimes"] = {r: values[f"runtime:{r}"] for r in census.RUNTIMES}
     return row
 
 
 def _meta(scope: str, seconds: float, jobs: int) -> dict:
     """What the rows were measured with: the versions, precaudit's commit, the machine, and the run's timing."""
-    import importlib.metadata as metadata
     import os
     import platform
+    from importlib import metadata
 
     import precaudit
 
@@ -384,7 +382,7 @@ def run_census(names: list[str], page: Path, jobs: int, folder: Path, subset: bo
         for exporter in ("torchscript", "dynamo"):
             verdict = status.get(exporter, status.get("build", "not run"))
             if verdict != "ok":
-                found.append({"architecture": name, "family": FAMILY_OF.get(name, "other"), "exporter": exporter,
+                found.append({"architecture": name, "family": census.FAMILY_OF.get(name, "other"), "exporter": exporter,
                               "not_exported": verdict})
                 continue
             found.append(_row(name, exporter, _census_child(folder / f"{name}-{exporter}.onnx")))

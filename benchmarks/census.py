@@ -13,12 +13,45 @@ import re
 import statistics
 from collections import Counter, defaultdict
 
-__all__ = ["escape_cell", "render", "read_data", "data_of", "differences", "CONVERTERS", "STATIC_DTYPES",
-           "DATA_START", "DATA_END", "verdict_of_converter",
-           "renders_itself"]
+__all__ = [
+    "CONVERTERS",
+    "DATA_END",
+    "DATA_START",
+    "FAMILIES",
+    "FAMILY_OF",
+    "RUNTIMES",
+    "STATIC_DTYPES",
+    "data_of",
+    "differences",
+    "escape_cell",
+    "read_data",
+    "render",
+    "renders_itself",
+    "verdict_of_converter",
+]
 
 STATIC_DTYPES = ("fp16", "bf16", "fp8-e4m3")
 CONVERTERS = ("onnxconverter-common", "modelopt", "onnxruntime")
+# --runtime columns: the major runtimes (coreml audits the PyTorch module: coremltools converts modules, not ONNX)
+RUNTIMES = ("ort-cpu", "ort-cuda", "tensorrt", "openvino-cpu", "coreml")
+# Which kind of model each architecture is, for the census summary (the position encoding and the norm decide which
+# rules can fire: RoPE's cos/sin, RMSNorm's mean of squares, a CNN's BatchNorm folded into its Conv).
+FAMILIES = {
+    "text encoder, LayerNorm (BERT-like)": ["BertModel", "DistilBertModel", "RobertaModel", "DebertaV2Model",
+                                            "ElectraModel", "MPNetModel", "AlbertModel", "XLMRobertaModel"],
+    "text decoder, learned or ALiBi positions": ["GPT2Model", "OPTModel", "BloomModel"],
+    "RoPE text, LayerNorm": ["ModernBertModel", "GPTNeoXModel", "FalconModel", "PhiModel", "StableLmModel",
+                             "CohereModel", "OlmoModel"],
+    "RoPE text, RMSNorm": ["LlamaModel", "MistralModel", "Qwen2Model", "Qwen3Model", "Phi3Model", "GemmaModel",
+                           "Gemma2Model", "GraniteModel"],
+    "T5 encoder (RMSNorm, relative bias)": ["T5EncoderModel", "MT5EncoderModel"],
+    "vision transformer": ["ViTModel", "DeiTModel", "BeitModel", "Dinov2Model", "CLIPVisionModel", "SwinModel",
+                           "LevitModel", "SegformerModel", "MobileViTModel"],
+    "vision CNN": ["ConvNextModel", "ConvNextV2Model", "ResNetModel", "MobileNetV2Model", "PoolFormerModel",
+                   "RegNetModel", "EfficientNetModel"],
+    "audio encoder": ["Wav2Vec2Model", "HubertModel", "WhisperEncoder"],
+}
+FAMILY_OF = {name: family for family, names in FAMILIES.items() for name in names}
 DATA_START = "<!-- census-data"
 DATA_END = "census-data -->"
 VERSION_ORDER = ("python", "torch", "transformers", "onnx", "onnxscript", "onnxruntime", "onnxconverter-common",
@@ -143,7 +176,18 @@ def fix_cell(value: dict | None) -> str:
 # ---- the page -------------------------------------------------------------------------------------------------
 
 _HEADER = ("| architecture | family | exporter | fp16 | bf16 | fp8-e4m3 | traced fp16 | converter breaks it | "
-           "converter keeps it | keep-list: kept / op-block | fix |")
+           "converter keeps it | keep-list: kept / op-block | fix | " + " | ".join(RUNTIMES) + " |")
+
+
+def runtime_cell(value: dict | None) -> str:
+    """A runtime's verdict on the model at fp16: its error and warning counts, 'ok' for none; or why not audited."""
+    if value is None or "counts" not in value:
+        return audit_cell(value)
+    errors, warnings = value["errors"], value.get("warnings", 0)
+    if not errors and not warnings:
+        return "ok"
+    parts = [f"{n} {word}{'s' * (n != 1)}" for n, word in ((errors, "error"), (warnings, "warning")) if n]
+    return ", ".join(parts)
 
 
 def table(rows: list[dict]) -> list[str]:
@@ -151,13 +195,14 @@ def table(rows: list[dict]) -> list[str]:
     for row in rows:
         first = [escape_cell(row["architecture"]), escape_cell(row["family"]), escape_cell(row["exporter"])]
         if "not_exported" in row:
-            cells = first + ["not exported: " + escape_cell(row["not_exported"])] + [""] * 7
+            cells = first + ["not exported: " + escape_cell(row["not_exported"])] + [""] * (7 + len(RUNTIMES))
         else:
             breaks, keeps = converter_cells(row)
             cells = first + [audit_cell(row.get(d)) for d in STATIC_DTYPES] + [audit_cell(row.get("trace")),
                                                                                 breaks, keeps,
                                                                                 keep_list_cell(row.get("keep_list")),
                                                                                 fix_cell(row.get("fix"))]
+            cells += [runtime_cell(row.get("runtimes", {}).get(r)) for r in RUNTIMES]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -210,7 +255,7 @@ def headline(rows: list[dict], rules: dict) -> list[str]:
     """Each rule that fires anywhere, per dtype: on how many exports, and in which families."""
     audited = _audited(rows)
     lines = []
-    for mode in STATIC_DTYPES + ("trace",):
+    for mode in (*STATIC_DTYPES, "trace"):
         label = "traced fp16" if mode == "trace" else mode
         fired = _fired(audited, mode)
         if not fired:
@@ -302,12 +347,29 @@ def summary(rows: list[dict], rules: dict | None = None) -> list[str]:
         total = len(members)
         lines.append(f"- **{escape_cell(family)}** ({total} exports: "
                      f"{escape_cell(', '.join(dict.fromkeys(r['architecture'] for r in members)))})")
-        for mode in STATIC_DTYPES + ("trace",):
+        for mode in (*STATIC_DTYPES, "trace"):
             label = "traced fp16" if mode == "trace" else mode
             lines.append(f"    - {label}: {_rule_list(_fired(members, mode), total)}")
         extra = [_converter_line(members), _keep_list_line(members), _fix_line(members)]
         lines += [f"    - {line}" for line in extra if line]
     return lines
+
+
+def runtime_summary(rows: list[dict]) -> list[str]:
+    """Per runtime: how many exports have an error or a warning finding at fp16 as it computes, of those audited."""
+    audited = [r for r in _audited(rows) if r.get("runtimes")]
+    if not audited:
+        return []
+    lines = ["### By runtime", ""]
+    for name in RUNTIMES:
+        values = [r["runtimes"].get(name) or {} for r in audited]
+        judged = [v for v in values if "counts" in v]
+        flagged = [v for v in judged if v["errors"] or v.get("warnings", 0)]
+        errors = sum(1 for v in judged if v["errors"])
+        lines.append(f"- **{name}**: {len(flagged)} of {len(judged)} exports have an error or warning finding "
+                     f"({errors} an error)" + (f"; {len(values) - len(judged)} not audited" if len(judged) < len(values)
+                                               else ""))
+    return [*lines, ""]
 
 
 def render(data: dict) -> str:
@@ -358,11 +420,16 @@ def render(data: dict) -> str:
         "withheld (beyond `--tolerance 1e-3` in float32: exit 1), the findings it leaves to a keep-list (a float32 "
         "model's norm chain), its exit code, and whether OUT re-audits **clean** at fp16: no finding of severity "
         "error or warning (info findings do not count).",
+        "- **ort-cpu, ort-cuda, tensorrt, openvino-cpu, coreml**: `precaudit MODEL --dtype fp16 --runtime R` at each "
+        "runtime's newest modelled version ([Runtimes](runtimes.md)): the errors and warnings of the audit as that "
+        "runtime computes (`ok`: none). coreml audits the PyTorch module itself (coremltools converts modules, not "
+        "ONNX files), so both exports of an architecture show the same cell.",
         "",
         "## What the rows show",
         "",
         *summary(data["rows"], meta.get("rules", {})),
         "",
+        *runtime_summary(data["rows"]),
         "## The rows",
         "",
         *table(data["rows"]),

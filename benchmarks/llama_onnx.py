@@ -22,7 +22,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
-__all__ = ["LlamaShape", "SHAPES", "write_llama"]
+__all__ = ["SHAPES", "LlamaShape", "write_llama"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class _Writer:
     def __init__(self, folder: Path, weights: str, seed: int):
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
-        self.data = open(folder / "model.weights", "wb")
+        self.data = open(folder / "model.weights", "wb")  # noqa: SIM115 -- written by every add(), closed by finish()
         self.offset = 0
         self.weights = weights
         self.rng = np.random.default_rng(seed)

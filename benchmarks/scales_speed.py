@@ -23,14 +23,14 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from precaudit.checkpoint import scan  # noqa: E402
+from precaudit.checkpoint import scan
 
 HIDDEN, MLP, VOCAB = 4096, 14336, 32000
 LINEARS = {"self_attn.q_proj": (HIDDEN, HIDDEN), "self_attn.k_proj": (1024, HIDDEN),

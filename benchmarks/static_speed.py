@@ -11,7 +11,8 @@ in separate processes, best of --repeat:
   audit     precaudit model.onnx --dtype fp16 -o report.txt (the console entry point; the default text report)
 
 and prints wall time and peak RSS (VmHWM of each process) of both, their ratios, and the audit's time per node
-at each size (constant when the audit is linear in node count).
+at each size (constant when the audit is linear in node count); then the largest decoder audited with --runtime for
+the runtimes whose models do the most per node, each against the audit without it.
 
 Both run with Python's bytecode cached (in the temporary folder; one run first fills it), as an installed package
 runs: in a source checkout under PYTHONDONTWRITEBYTECODE (this machine's setting) every audit would compile
@@ -23,6 +24,7 @@ precaudit's sources again, about 50 ms (onnx, installed, has its bytecode). --no
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import subprocess
 import sys
@@ -32,13 +34,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from llama_onnx import SHAPES, LlamaShape, write_llama  # noqa: E402
+from llama_onnx import SHAPES, LlamaShape, write_llama
 
 _PEAK = ("next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:'))")
 _FLOOR = f"import onnx, sys; onnx.load(sys.argv[1], load_external_data=False); print({_PEAK})"
 # the console entry point, as `precaudit MODEL --dtype fp16 -o REPORT` runs (main() exits; the peak is printed at exit)
-_AUDIT = (f"import atexit, sys; sys.argv = ['precaudit', sys.argv[1], '--dtype', 'fp16', '-o', sys.argv[2]]; "
-          f"atexit.register(lambda: print({_PEAK})); from precaudit.cli import main; main()")
+_AUDIT = (f"import atexit, sys; sys.argv = ['precaudit', sys.argv[1], '--dtype', 'fp16', '-o', sys.argv[2], "
+          f"*sys.argv[3:]]; atexit.register(lambda: print({_PEAK})); from precaudit.cli import main; main()")
+# --runtime costs (issue: within 5 % of the audit without it): the runtimes whose models do the most per node
+_RUNTIMES = ("ort-cpu", "ort-cuda@1.26", "openvino-gpu", "tensorrt")
 
 
 def write_norm_chain(folder: Path, layers: int) -> Path:
@@ -129,8 +133,15 @@ def main() -> int:
         print(f"{label:44s} {nodes:6d} | {f_wall:5.2f} s {f_rss:4.0f} MB | {a_wall:5.2f} s {a_rss:4.0f} MB | "
               f"{a_wall / f_wall:5.2f}x / {a_rss / f_rss:4.2f}x | {a_wall / nodes * 1e6:5.0f} us "
               f"({(a_wall - f_wall) / nodes * 1e6:4.0f} us beyond the floor)")
+    largest_label, largest_path = models[-4]  # the largest Llama-shaped decoder
+    plain, _ = measure(_AUDIT, [str(largest_path), str(largest_path.parent / "report.txt")], args.repeat, env)
+    for runtime in _RUNTIMES:
+        wall, rss = measure(_AUDIT, [str(largest_path), str(largest_path.parent / "report.txt"), "--runtime", runtime],
+                            args.repeat, env)
+        print(f"{largest_label} --runtime {runtime:14s}: {wall:5.2f} s {rss:4.0f} MB, "
+              f"{wall / plain:5.3f}x the audit without --runtime ({plain:.2f} s, measured again alongside)")
     llama = rows[:-3]  # linearity: what each added node costs between consecutive sizes of the same graph
-    for (n0, t0), (n1, t1) in zip(llama, llama[1:]):
+    for (n0, t0), (n1, t1) in itertools.pairwise(llama):
         print(f"{n0} -> {n1} nodes: {(t1 - t0) / (n1 - n0) * 1e6:.0f} us per added node")
     return 0
 

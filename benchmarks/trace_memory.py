@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from llama_onnx import SHAPES, LlamaShape, write_llama  # noqa: E402
+from llama_onnx import SHAPES, LlamaShape, write_llama
 
 _CHILD = """
 import sys

@@ -13,7 +13,7 @@ from typing import Any
 
 from .version import __version__
 
-__all__ = ["__version__", "audit", "keep_list", "fix", "train_audit", "Report", "InputError"]
+__all__ = ["InputError", "Report", "__version__", "audit", "fix", "keep_list", "train_audit"]
 
 
 def __getattr__(name: str) -> Any:

@@ -25,9 +25,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
 from .options import argument, check_bool, check_choice, check_int, check_number, check_path, check_paths, shown
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from .keeplist import KeepList
     from .report.outcome import Outcome
 
-__all__ = ["audit", "keep_list", "fix", "train_audit", "scales", "Report", "InputError"]
+__all__ = ["InputError", "Report", "audit", "fix", "keep_list", "scales", "train_audit"]
 
 
 @dataclass

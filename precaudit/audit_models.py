@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-
 import gc
 import os
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
-from .analysis.compute_dtype import DtypeResolver
 from .analysis.collect import collect_sites
+from .analysis.compute_dtype import DtypeResolver
 from .analysis.quantized import quantization
 from .analysis.sites.base import Site
 from .analysis.sites.weight import find_weight_sites
@@ -87,7 +87,7 @@ def static_matches(graph: Graph, resolver: DtypeResolver, rules: list[Rule], pat
 
 
 def _traced(path: str, graph: Graph, resolver: DtypeResolver, trace: TraceOptions,
-            torch_options: TorchOptions | None, deployment: Deployment) -> tuple[list[Site], "TraceRun"]:
+            torch_options: TorchOptions | None, deployment: Deployment) -> tuple[list[Site], TraceRun]:
     """Traced sites; a PyTorch model is run from its ONNX export, since the emulator runs ONNX ops (no ONNX
     converter converts it: the module itself is converted, model.to(dtype))."""
     from .trace import traced_sites  # numpy emulation loads only in traced mode

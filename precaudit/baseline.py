@@ -7,12 +7,12 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field, fields
 
-from .version import __version__
 from .errors import InputError
 from .files import MiB, read_text, write_new
 from .finding import Finding
+from .version import __version__
 
-__all__ = ["BaselineEntry", "BaselineMatch", "write_baseline", "read_baseline", "apply_baseline"]
+__all__ = ["BaselineEntry", "BaselineMatch", "apply_baseline", "read_baseline", "write_baseline"]
 
 _FORMAT = "precaudit-baseline/1"
 
@@ -28,7 +28,7 @@ class BaselineEntry:
     message: str
 
     @classmethod
-    def of(cls, f: Finding) -> "BaselineEntry":
+    def of(cls, f: Finding) -> BaselineEntry:
         return cls(f.fingerprint, f.rule_id, f.model.replace("\\", "/"), f.node_name, f.message)
 
 

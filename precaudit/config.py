@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 try:
     import tomllib
@@ -13,13 +14,24 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]  # the same API under its pre-3.11 name
 
 from .converters import CONVERTER_NAMES
-from .dtypes import FORMATS as DTYPES, format_named
+from .dtypes import FORMATS as DTYPES
+from .dtypes import format_named
 from .errors import InputError
 from .files import MiB, read_text
-from .options import (AUTOCAST, FAIL_ON, FORMATS, check_bool, check_choice, check_path, check_paths, check_strings,
-                      flag, shown)
+from .options import (
+    AUTOCAST,
+    FAIL_ON,
+    FORMATS,
+    check_bool,
+    check_choice,
+    check_path,
+    check_paths,
+    check_strings,
+    flag,
+    shown,
+)
 
-__all__ = ["Settings", "find_config", "load_settings", "check_setting", "FAIL_ON", "FORMATS"]
+__all__ = ["FAIL_ON", "FORMATS", "Settings", "check_setting", "find_config", "load_settings"]
 
 _TABLE = "[tool.precaudit]"
 

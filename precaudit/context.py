@@ -4,8 +4,9 @@ and run. Every command (check, match, keep-list, fix, train) and every API funct
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from .deployment import Deployment
 from .errors import InputError

@@ -5,8 +5,9 @@ graph computes in."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from .converters import PLAIN, Converter, converter_named
 from .dtypes import Format, format_named

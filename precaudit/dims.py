@@ -9,7 +9,7 @@ from __future__ import annotations
 from .errors import InputError
 from .ir import Graph, Value
 
-__all__ = ["dim_key", "symbolic_dims", "check_dim_names", "size_dims"]
+__all__ = ["check_dim_names", "dim_key", "size_dims", "symbolic_dims"]
 
 
 def dim_key(value: Value, i: int, d) -> str:

@@ -22,9 +22,24 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-__all__ = ["Format", "FORMATS", "ELEMENTS", "ALIASES", "COMPUTED", "BlockScales", "format_named", "round_to_format",
-           "classify", "format_of_onnx_type", "quantize", "quantize_blocks", "block_scales", "global_scale_of", "round_elements",
-           "blocks_along"]
+__all__ = [
+    "ALIASES",
+    "COMPUTED",
+    "ELEMENTS",
+    "FORMATS",
+    "BlockScales",
+    "Format",
+    "block_scales",
+    "blocks_along",
+    "classify",
+    "format_named",
+    "format_of_onnx_type",
+    "global_scale_of",
+    "quantize",
+    "quantize_blocks",
+    "round_elements",
+    "round_to_format",
+]
 
 _F32 = np.finfo(np.float32)
 
@@ -184,7 +199,7 @@ def round_to_format(value: float, fmt: Format) -> float:
     block-scaled format a value is a block of one, scaled as quantize scales it.
     """
     # a number other than 0 (0.0 and -0.0 would be one key) and NaN (no key finds it)
-    key = (value, fmt.name) if isinstance(value, (float, int)) and value and value == value else None
+    key = (value, fmt.name) if isinstance(value, (float, int)) and value and not math.isnan(value) else None
     rounded = _ROUNDED.get(key) if key is not None else None
     if rounded is None:
         rounded = float(quantize(np.asarray([value], dtype=np.float64), fmt)[0])

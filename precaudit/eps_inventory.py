@@ -13,8 +13,15 @@ if TYPE_CHECKING:
     from .context import Audit
     from .ir import Graph
 
-__all__ = ["EpsEntry", "eps_inventory", "diff_inventories", "render_inventory_text", "render_inventory_json",
-           "render_diff_text", "render_diff_json"]
+__all__ = [
+    "EpsEntry",
+    "diff_inventories",
+    "eps_inventory",
+    "render_diff_json",
+    "render_diff_text",
+    "render_inventory_json",
+    "render_inventory_text",
+]
 
 # the eps coremltools' MIL writes for these torch ops (coremltools ops/defs/iOS15/elementwise_unary.py; 9.0 and
 # earlier for reciprocal), cast to float16 below iOS 17 (1e-45 becomes 0.0, 1e-12 is bumped to 5.96e-8)
@@ -49,7 +56,7 @@ def eps_inventory(audit: Audit, path: str) -> tuple[Graph, list[EpsEntry]]:
     entries = []
     for site in collect_sites(graph, resolver, {}):
         facts = site.facts
-        if site.kind not in ("norm", "guard") or "eps" not in facts or site.kind == "guard" and facts.get("in_norm_chain"):
+        if site.kind not in ("norm", "guard") or "eps" not in facts or (site.kind == "guard" and facts.get("in_norm_chain")):
             continue  # (a norm chain's Add is the norm's eps, listed once as such)
         entries.append(EpsEntry(
             node=site.node.name, op=site.node.op_type,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["printable", "encodable", "exact_regex", "log_line", "ESCAPED"]
+__all__ = ["ESCAPED", "encodable", "exact_regex", "log_line", "printable"]
 
 _SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 

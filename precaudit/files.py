@@ -15,8 +15,22 @@ from typing import BinaryIO
 
 from .errors import InputError
 
-__all__ = ["open_regular", "read_bytes", "read_text", "check_regular", "MiB", "start_run", "note_read", "check_output",
-           "write_new", "replace_with", "is_null_device", "read_so_far", "add_read", "note_imported"]
+__all__ = [
+    "MiB",
+    "add_read",
+    "check_output",
+    "check_regular",
+    "is_null_device",
+    "note_imported",
+    "note_read",
+    "open_regular",
+    "read_bytes",
+    "read_so_far",
+    "read_text",
+    "replace_with",
+    "start_run",
+    "write_new",
+]
 
 MiB = 1 << 20
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field, fields
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Finding", "SEVERITIES", "model_key", "severity_rank"]
+__all__ = ["SEVERITIES", "Finding", "model_key", "severity_rank"]
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -34,7 +34,7 @@ def _resolved(cwd: str, path: str) -> Path:
     return (Path(cwd) / path).resolve()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _key_of_resolved(resolved: Path) -> str:
     for folder in resolved.parents:
         if (folder / ".git").exists():

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Value", "Node", "Graph", "implicit_inputs", "generated_name", "duplicate_renames", "body_nodes", "CONST_CACHE_BYTES", "UNKNOWN"]
+__all__ = ["CONST_CACHE_BYTES", "UNKNOWN", "Graph", "Node", "Value", "body_nodes", "duplicate_renames", "generated_name", "implicit_inputs"]
 
 # What a memo slot of a Value holds until its fact is first worked out (analysis/constants.py).
 UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN", "__slots__": ()})()
@@ -24,12 +25,28 @@ class Value:
     the first time it is asked for, and most values' shapes never are.
     """
 
-    __slots__ = ("name", "dtype", "dtype_note", "_shape", "producer", "consumers", "is_graph_input", "parent",
-                 "const_loader", "const_origin", "const_size", "_const_cache", "_scalar", "_constant", "_fill")
+    __slots__ = (
+        "_bounds",
+        "_const_cache",
+        "_constant",
+        "_fill",
+        "_scalar",
+        "_shape",
+        "const_loader",
+        "const_origin",
+        "const_size",
+        "consumers",
+        "dtype",
+        "dtype_note",
+        "is_graph_input",
+        "name",
+        "parent",
+        "producer",
+    )
 
     def __init__(self, name: str, dtype: str | None = None, dtype_note: str | None = None, shape: Any = None,
-                 producer: "Node | None" = None, consumers: list["Node"] | None = None, is_graph_input: bool = False,
-                 parent: "Node | None" = None, const_loader: Callable[[], np.ndarray | None] | None = None,
+                 producer: Node | None = None, consumers: list[Node] | None = None, is_graph_input: bool = False,
+                 parent: Node | None = None, const_loader: Callable[[], np.ndarray | None] | None = None,
                  const_origin: str | None = None, const_size: int | None = None, _const_cache: Any = None):
         self.name = name
         # canonical format name ("fp16", "fp32", ...) for floats, numpy name otherwise
@@ -49,11 +66,12 @@ class Value:
         self.const_size = const_size  # number of elements, known without loading
         self._const_cache = _const_cache
         # Facts that depend only on the graph upstream, worked out once when first asked (analysis/constants.py:
-        # resolve_scalar, is_constant, resolve_fill): a frontend has finished the graph by then, and nothing changes
-        # it after.
+        # resolve_scalar, is_constant, resolve_fill; analysis/bounds.py: bounds_of, with the --dim sizes it used): a
+        # frontend has finished the graph by then, and nothing changes it after.
         self._scalar = UNKNOWN
         self._constant = UNKNOWN
         self._fill = UNKNOWN
+        self._bounds: Any = UNKNOWN
 
     def __repr__(self) -> str:
         return f"Value(name={self.name!r}, dtype={self.dtype!r}, shape={self.shape!r})"
@@ -114,8 +132,8 @@ class Node:
     # If/Loop/Scan bodies as the ONNX file holds them (their nodes are also in Graph.nodes, with a subgraph_path):
     # traced mode hands them to onnxruntime whole
     bodies: dict[str, Any] = field(default_factory=dict)
-    body_nodes: dict[str, list["Node"]] = field(default_factory=dict, repr=False)  # per body, its own nodes in order
-    parent: "Node | None" = field(default=None, repr=False)  # the control-flow node whose body holds this node
+    body_nodes: dict[str, list[Node]] = field(default_factory=dict, repr=False)  # per body, its own nodes in order
+    parent: Node | None = field(default=None, repr=False)  # the control-flow node whose body holds this node
     # the file gives it no name: precaudit named it (generated_name below), and a snippet names it so first
     unnamed: bool = False
 
@@ -138,6 +156,9 @@ class Graph:
     exporter: str = ""  # "torch-dynamo", "torch-torchscript", or the producer name: exporter facts depend on it
     module_eps: dict[str, str] = field(default_factory=dict)  # module path -> "LayerNorm.eps = 1e-12" (torch)
     converted_to: str | None = None  # a PyTorch module precaudit converted with model.to(dtype) before capture
+    # a PyTorch module's dynamo ONNX export: node name -> the torch.export node it was lowered from (torch-side
+    # keep-lists name those: Torch-TensorRT's nodes_to_exclude, coremltools' op names)
+    fx_names: dict[str, str] = field(default_factory=dict)
     # Every node reads only values defined before it (the ONNX frontend checks it as it builds): walking producers
     # never meets a cycle, so an analysis may walk only the inputs it needs (analysis/signs.py).
     acyclic: bool = False

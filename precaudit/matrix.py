@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .finding import Finding
     from .options import TorchOptions, TraceOptions
 
-__all__ = ["Matrix", "deployment_matrix", "render_matrix_text", "render_matrix_json"]
+__all__ = ["Matrix", "deployment_matrix", "render_matrix_json", "render_matrix_text"]
 
 _RANK = {"ok": 0, "info": 1, "warning": 2, "error": 3}
 

@@ -12,14 +12,31 @@ import math
 import numbers
 import os
 import reprlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable
+from typing import Any
 
 from .errors import InputError
 
-__all__ = ["TorchOptions", "TraceOptions", "TRACE_ENGINES", "FAIL_ON", "FORMATS", "AUTOCAST", "flag", "argument",
-           "shown", "check_bool", "check_choice", "check_int", "check_number", "check_strings", "check_path",
-           "check_paths", "check_trace_option"]
+__all__ = [
+    "AUTOCAST",
+    "FAIL_ON",
+    "FORMATS",
+    "TRACE_ENGINES",
+    "TorchOptions",
+    "TraceOptions",
+    "argument",
+    "check_bool",
+    "check_choice",
+    "check_int",
+    "check_number",
+    "check_path",
+    "check_paths",
+    "check_strings",
+    "check_trace_option",
+    "flag",
+    "shown",
+]
 
 # auto: onnxruntime where it is installed and the node allows, numpy kernels elsewhere
 TRACE_ENGINES = ("auto", "onnxruntime", "numpy")

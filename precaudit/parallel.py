@@ -12,16 +12,18 @@ twice or write into the report.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import warnings
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from .files import add_read, note_imported, read_so_far, start_run
 from .audit_models import _internal_error, audit_models
-from .result import AuditResult
 from .errors import InputError
+from .files import add_read, note_imported, read_so_far, start_run
+from .result import AuditResult
 
 __all__ = ["audit_in_parallel", "default_jobs", "run_isolated"]
 
@@ -227,8 +229,7 @@ def _end(worker, grace: float) -> None:
     reaped."""
     worker.join(grace)
     for kill in (lambda: os.killpg(worker.pid, signal.SIGKILL), worker.kill):
-        try:
+        # ended already, or (killpg) killed before it made its group: worker.kill() reaches it
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             kill()
-        except (ProcessLookupError, PermissionError):
-            pass  # ended already, or (killpg) killed before it made its group: worker.kill() reaches it
     worker.join()

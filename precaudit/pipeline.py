@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from .context import Audit
     from .report.outcome import Outcome
 
-__all__ = ["run_audit", "exit_code_of", "EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_ERROR"]
+__all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_FINDINGS", "exit_code_of", "run_audit"]
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 

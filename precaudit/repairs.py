@@ -3,7 +3,7 @@ each kind to the code that makes it, and a user's rule may reuse any of them on 
 
 from __future__ import annotations
 
-__all__ = ["REPAIR_KINDS", "NORM_KINDS"]
+__all__ = ["NORM_KINDS", "REPAIR_KINDS"]
 
 REPAIR_KINDS = {
     "eps-raise": "the eps becomes the smallest normal number of its compute dtype (or --min-eps); on a fused norm "

@@ -26,7 +26,7 @@ class AuditResult:
     findings: list[Finding] = field(default_factory=list)
     errors: list[InputError] = field(default_factory=list)
     models: list[str] = field(default_factory=list)  # every model audited successfully
-    traces: dict[str, "TraceRun"] = field(default_factory=dict)  # per model, with --trace: its inputs and engines
-    dtype_maps: dict[str, list["NodeDtype"]] = field(default_factory=dict)  # per model, for the HTML report
-    quantized: dict[str, "Quantization"] = field(default_factory=dict)  # per model with QDQ or integer ops
-    gradients: dict[str, "GradientProfile"] = field(default_factory=dict)  # per training factory, traced
+    traces: dict[str, TraceRun] = field(default_factory=dict)  # per model, with --trace: its inputs and engines
+    dtype_maps: dict[str, list[NodeDtype]] = field(default_factory=dict)  # per model, for the HTML report
+    quantized: dict[str, Quantization] = field(default_factory=dict)  # per model with QDQ or integer ops
+    gradients: dict[str, GradientProfile] = field(default_factory=dict)  # per training factory, traced

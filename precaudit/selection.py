@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Iterable
 
 from .errors import InputError
 from .finding import Finding
 from .options import shown
 from .rules.loader import Rule
 
-__all__ = ["selects", "selects_exactly", "check_selectors", "active_rules", "drop_ignored"]
+__all__ = ["active_rules", "check_selectors", "drop_ignored", "selects", "selects_exactly"]
 
 
 def selects(selector: str, rule: Rule) -> bool:

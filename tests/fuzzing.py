@@ -444,4 +444,4 @@ def any_case() -> st.SearchStrategy[Case]:
     return st.one_of(model_cases(), byte_cases(), rule_cases(), surface_cases())
 
 
-__all__ = ["Case", "Outcome", "run_case", "model_cases", "byte_cases", "rule_cases", "any_case", "SEEDS"]
+__all__ = ["SEEDS", "Case", "Outcome", "any_case", "byte_cases", "model_cases", "rule_cases", "run_case"]

@@ -23,8 +23,16 @@ from onnx import numpy_helper
 
 from tests.fuzzing import _SEED_BYTES, BIG_INTS, HOSTILE_TEXT, SEEDS, Case, _all_nodes
 
-__all__ = ["surface_cases", "output_cases", "name_cases", "baseline_cases", "config_cases", "many_model_cases",
-           "npz_cases", "check_output"]
+__all__ = [
+    "baseline_cases",
+    "check_output",
+    "config_cases",
+    "many_model_cases",
+    "name_cases",
+    "npz_cases",
+    "output_cases",
+    "surface_cases",
+]
 
 _MODEL = "fused_layernorm"  # a seed with an error finding (eps 1e-12 in a LayerNorm): every command has work
 

@@ -162,8 +162,8 @@ def test_a_glob_match_is_a_path_never_a_factory(checkout: Path, tmp_path: Path):
                                         ".pt2, TorchScript .pt)"]
 
 
+@pytest.mark.requires("torch")
 def test_a_factory_is_imported_only_from_a_literal_line_with_factories_true(checkout: Path, tmp_path: Path):
-    pytest.importorskip("torch")
     (checkout / "models" / "net.py").write_text(FACTORY)
     net = checkout / "models" / "imported-net"
     decoy = plant(checkout, "decoy")

@@ -13,8 +13,8 @@ import pytest
 
 import precaudit
 from fixtures import fix_models
-from fixtures.onnx_builders import fused_norm, save
 from fixtures.keep_list_models import ffn_overflow_transformer
+from fixtures.onnx_builders import fused_norm, save
 from precaudit.cli import main
 from tests.helpers import SCHEMA
 
@@ -52,8 +52,10 @@ def test_a_model_proto_is_audited_by_name_and_writes_nothing(tmp_path, monkeypat
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.requires("torch")
 def test_an_nn_module_with_example_inputs(tmp_path, monkeypatch):
-    torch = pytest.importorskip("torch")
+    import torch
+
     from fixtures.torch_src.hazards import HandLayerNorm
 
     monkeypatch.chdir(tmp_path)
@@ -75,7 +77,7 @@ def test_an_nn_module_with_example_inputs(tmp_path, monkeypatch):
 def test_errors_raise_or_are_entries(tmp_path):
     with pytest.raises(precaudit.InputError, match="unknown dtype 'fp12'"):
         precaudit.audit(str(EXAMPLE), dtype="fp12")
-    with pytest.raises(precaudit.InputError, match="expected a path, a list of paths, an onnx.ModelProto or a torch"):
+    with pytest.raises(precaudit.InputError, match=r"expected a path, a list of paths, an onnx\.ModelProto or a torch"):
         precaudit.audit(42)
     report = precaudit.audit(str(tmp_path / "missing.onnx"))
     assert report.exit_code == 2 and [e.problem for e in report.errors] == ["no such file"]
@@ -118,7 +120,8 @@ def test_the_api_names_are_the_functions_after_every_subpackage_loads():
 
 DTYPES = "fp16, bf16, fp8-e4m3, fp8-e5m2, fp32, fp64, mxfp8, mxfp4, nvfp4"
 CONVERTERS = "plain, onnxconverter-common, onnxruntime, olive, modelopt"
-FOR = "onnxconverter-common, onnxruntime, olive, modelopt, openvino, pytorch, torch-tensorrt, modelopt-quant"
+FOR = ("onnxconverter-common, onnxruntime, olive, modelopt, openvino, pytorch, torch-tensorrt, modelopt-quant, tensorrt, "
+       "coreml, qnn, dml, webgpu")
 TRACE_FIELDS = "dims, engine, inputs, progress, ranges, samples, seed, timeout"
 PATH = "must be a path (str or os.PathLike)"
 PATHS = "must be a list of paths (str or os.PathLike)"
@@ -373,10 +376,11 @@ def test_a_pyproject_value_is_refused_in_the_same_words(project, capsys):
 
 @pytest.mark.parametrize("options", [{}, {"trace": True}, {"dtype": "bf16"}, {"autocast": "cpu"}],
                          ids=["static", "traced", "bf16", "autocast"])
+@pytest.mark.requires("torch")
 def test_auditing_an_nn_module_leaves_it_as_it_was(options):
     """The caller's module keeps its parameters, buffers, their dtypes and its training mode (issue 37: it came back
     half precision and in eval mode)."""
-    torch = pytest.importorskip("torch")
+    import torch
     module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.LayerNorm(8)).train()
     before = {name: (t.dtype, t.detach().clone()) for name, t in module.state_dict().items()}
     report = precaudit.audit(module, **{"dtype": "fp16", **options}, example_inputs=torch.randn(4, 8))
@@ -387,10 +391,10 @@ def test_auditing_an_nn_module_leaves_it_as_it_was(options):
     assert all(m.training for m in module.modules())
 
 
+@pytest.mark.requires("onnxruntime")
 def test_keep_list_of_a_modelproto_prints_a_snippet_that_runs_on_it(tmp_path, monkeypatch):
     """No scratch path in the snippet (it was deleted when keep_list returned): the caller's ModelProto is the
     variable `model`, and the snippet run as printed with it converts and writes OUTPUT_PATH."""
-    pytest.importorskip("onnxruntime")
     from fixtures.onnx_builders import decomposed_layernorm
 
     proto = decomposed_layernorm(1e-12, dtype="fp32")[0]
@@ -407,8 +411,9 @@ def test_keep_list_of_a_modelproto_prints_a_snippet_that_runs_on_it(tmp_path, mo
     assert {n.name for n in written.graph.node} >= {"mean", "sub", "pow", "var", "add_eps", "sqrt", "div"}
 
 
+@pytest.mark.requires("torch")
 def test_keep_list_takes_a_module_as_audit_does():
-    torch = pytest.importorskip("torch")
+    import torch
 
     class Norm(torch.nn.Module):
         def forward(self, x):

@@ -239,10 +239,10 @@ def test_no_grad_block_is_lowered(tmp_path):
         assert rule_ids(findings(tmp_path, f"{model}:make", *MODES[mode])) == ("PA102", "PA208")
 
 
+@pytest.mark.requires("transformers")
 def test_transformers_models_under_autocast():
     """Llama as autocast runs it: projections in float16, the residual stream float32 (a float16 + float32 add
     promotes), RMSNorm's pow lifted, the eager softmax with a float32 output."""
-    pytest.importorskip("transformers")
     graph = _graph(f"{HF}:llama")
     assert _notes(graph, "linear") == {("fp16", "autocast(cuda) runs linear in float16")}
     assert _notes(graph, "Pow") == {("fp32", "autocast(cuda) lifts pow to float32")}
@@ -253,16 +253,16 @@ def test_transformers_models_under_autocast():
 
 @pytest.mark.parametrize("model", ["llama", "bert", "t5"])
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.requires("transformers")
 def test_transformers_models_static_findings(tmp_path, model, mode):
     # well written for both: Llama and T5 upcast their RMSNorms, BERT's LayerNorm is fused (float32 statistics,
     # and autocast lifts layer_norm); masks are finfo(dtype).min of the embedding dtype, float32 under autocast,
     # added to float16 scores in float32
-    pytest.importorskip("transformers")
     assert rule_ids(findings(tmp_path, f"{HF}:{model}", *MODES[mode])) == ()
 
 
+@pytest.mark.requires("transformers")
 def test_library_op_points_at_the_modules_forward():
-    pytest.importorskip("transformers")
     graph = _graph(f"{HF}:t5")
     import transformers.models.t5.modeling_t5 as t5
 
@@ -300,10 +300,11 @@ def test_traced_reason_names_the_policy(tmp_path):
     assert "autocast(cuda) runs matmul in float16" in json.dumps(overflow["values"])
 
 
+@pytest.mark.slow
+@pytest.mark.requires("transformers")
 def test_t5_clamp_saves_half_but_not_autocast(tmp_path):
     """T5's feed-forward output beyond 65504: under .half() T5Block clamps the float16 residual stream; under
     autocast the stream is float32, the clamp is skipped and the inf from the float16 wo reaches the output."""
-    pytest.importorskip("transformers")
     import transformers.models.t5.modeling_t5 as t5
 
     spec = f"{HF}:t5_loud_ff"
@@ -319,8 +320,8 @@ def test_t5_clamp_saves_half_but_not_autocast(tmp_path):
         assert related["file"].endswith("hf_models.py") and related["line"] == line_of(HF, "# the call")
 
 
+@pytest.mark.requires("transformers")
 def test_sarif_keeps_the_call_site(tmp_path):
-    pytest.importorskip("transformers")
     out = tmp_path / "r.sarif"
     main([f"{HF}:t5_loud_ff", "--trace", "--autocast", "cuda", "-f", "sarif", "-o", str(out), "--exit-zero"])
     result = json.loads(out.read_text())["runs"][0]["results"][0]

@@ -5,6 +5,7 @@ float32 is measured, and keep-list writes ModelOpt's quantization config for wha
 from __future__ import annotations
 
 import json
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -61,7 +62,7 @@ def test_weights_are_checked_block_by_block_with_check_weights(tmp_path):
     w = linear_weight()
     w[2, 40] = 20.0
     path = float_linear(tmp_path / "w.onnx", w)
-    code, report = run_json([path], "--dtype", "nvfp4", "--check-weights", out_dir=tmp_path)
+    _code, report = run_json([path], "--dtype", "nvfp4", "--check-weights", out_dir=tmp_path)
     (finding,) = report["results"]
     values = finding["values"]
     assert (finding["rule_id"], values["blocks"], values["owned_blocks"], values["elements"]) == ("PA505", 16, 1, 256)
@@ -110,7 +111,7 @@ def test_quant_patterns_escape_wildcards():
     from precaudit.keeplist.render import quant_patterns
 
     class Keep:
-        nodes = [Node("/a/MatMul", "MatMul", scope="layers[0].mlp"), Node("/b/MatMul", "MatMul", scope="layers[0].mlp"),
+        nodes: ClassVar[list[Node]] = [Node("/a/MatMul", "MatMul", scope="layers[0].mlp"), Node("/b/MatMul", "MatMul", scope="layers[0].mlp"),
                  Node("x*y", "Gemm")]
 
     assert quant_patterns(Keep()) == ["*layers[[]0].mlp*", "*x[*]y*"]

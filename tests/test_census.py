@@ -77,3 +77,19 @@ def test_differences_name_the_row_that_changed():
     assert census.differences(data, copy.deepcopy(data)) == []
     found = census.differences(data, changed)
     assert found[0] == "B dynamo:" and "PA101×2" in found[2] and len(found) == 3
+
+
+def test_a_runtime_cell_is_its_verdict_in_errors_and_warnings():
+    assert census.runtime_cell({"counts": {}, "sites": [], "errors": 0, "warnings": 0}) == "ok"
+    assert census.runtime_cell({"counts": {"PA101": 5, "PA208": 5}, "errors": 5, "warnings": 5}) == \
+        "5 errors, 5 warnings"
+    assert census.runtime_cell({"counts": {"PA102": 1}, "errors": 0, "warnings": 1}) == "1 warning"
+    assert census.runtime_cell({"error": "a|b"}) == "error: a\\|b" and census.runtime_cell(None) == "not run"
+    row = _row("A")
+    row["runtimes"] = {r: {"counts": {}, "sites": [], "errors": 0, "warnings": 0} for r in census.RUNTIMES}
+    row["runtimes"]["tensorrt"] = {"counts": {"PA101": 2}, "sites": [], "errors": 2, "warnings": 0}
+    line = census.table([row])[2]
+    assert line.endswith("| ok | ok | 2 errors | ok | ok |")
+    assert census.runtime_summary([row])[2:4] == [
+        "- **ort-cpu**: 0 of 1 exports have an error or warning finding (0 an error)",
+        "- **ort-cuda**: 0 of 1 exports have an error or warning finding (0 an error)"]

@@ -137,7 +137,7 @@ def test_bad_model_among_good_ones_still_reports_the_good(underflow, tmp_path):
 
 
 def test_external_data_outside_model_folder_is_refused(tmp_path, capsys):
-    m, eps = decomposed_layernorm(1e-12, eps_at="external")
+    m, _eps = decomposed_layernorm(1e-12, eps_at="external")
     (tmp_path / "sub").mkdir()
     for init in m.graph.initializer:
         if init.name == "eps":

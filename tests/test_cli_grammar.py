@@ -18,7 +18,7 @@ from tests.helpers import run_json
 from tests.test_architecture import import_graph
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = ["check", "rules", "explain", "match", "keep-list", "fix", "train", "runtimes", "eps", "scales"]
+COMMANDS = ["check", "rules", "explain", "match", "keep-list", "fix", "train", "runtimes", "eps", "scales", "test"]
 
 
 @pytest.fixture
@@ -173,5 +173,5 @@ def test_no_command_module_imports_the_grammar():
     graph = import_graph()
     importers = sorted(name for name, targets in graph.items() if "precaudit.cli.grammar" in targets)
     assert importers == ["precaudit.cli"]
-    commands = ["check", "rule_docs", "keep_list", "fix", "train", "runtimes", "eps", "scales"]
+    commands = ["check", "rule_docs", "keep_list", "fix", "train", "runtimes", "eps", "scales", "test_cmd"]
     assert all(f"precaudit.cli.{c}" in graph["precaudit.cli.grammar"] for c in commands)

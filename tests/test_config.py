@@ -40,6 +40,19 @@ def test_pyproject_value_applies_and_a_cli_flag_overrides_it(project):
     assert main(["models/sub.onnx", "--fail-on", "error"]) == 0
 
 
+def test_isolated_reads_no_pyproject_for_check_or_train(project, capsys):
+    """--isolated: every setting from the command line; the pyproject's fail-on and ignore do not apply."""
+    configure(project, 'fail-on = "warning"\nignore = ["PA101"]')
+    code, report = run_json(["models/legacy/under.onnx"], out_dir=project)
+    assert (code, report["results"], report["settings"]["config_file"]) == (0, [], "pyproject.toml")
+    code, report = run_json(["models/legacy/under.onnx"], "--isolated", out_dir=project)
+    assert code == 1 and report["settings"]["config_file"] is None
+    assert [(r["rule_id"], r["node_name"]) for r in report["results"]] == [("PA101", "/encoder/layer.0/LayerNorm/ln")]
+    assert main(["models/sub.onnx", "--isolated"]) == 0  # a warning passes the default --fail-on error
+    assert main(["train", "nowhere.py:make", "--isolated"]) == 2  # train takes it: the error is the factory's
+    assert "nowhere.py" in one_error_line(capsys)
+
+
 def test_config_is_found_from_a_subfolder_and_its_paths_are_relative_to_it(project, monkeypatch):
     (project / "org-rules").mkdir()
     (project / "org-rules" / "floor.yaml").write_text(
@@ -88,7 +101,7 @@ def test_show_settings_escapes_what_the_config_says(project, capsys):
                        'per-node-ignores = {"enc\\u001b]0;title\\u0007" = ["PA102"]}')
     assert main(["--show-settings"]) == 0
     out = capsys.readouterr().out
-    assert not any(ord(c) < 0x20 and c != "\n" or c == "\u202e" for c in out)
+    assert not any((ord(c) < 0x20 and c != "\n") or c == "\u202e" for c in out)
     lines = {line.split("=")[0].strip(): line for line in out.splitlines()[1:]}
     assert len(out.splitlines()) == len(lines) + 1
     value = lambda key: tomllib.loads("v = " + lines[key].split(" = ", 1)[1].rsplit("#", 1)[0])["v"]  # noqa: E731

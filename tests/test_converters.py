@@ -17,8 +17,8 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
-from fixtures.PA304_division_by_count import pooling
 from fixtures.onnx_builders import chain_model, decomposed_layernorm, save
+from fixtures.PA304_division_by_count import pooling
 from precaudit.cli import main
 from precaudit.converters import CONVERTER_NAMES, converter_named
 from tests.helpers import run_json

@@ -9,8 +9,8 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
-from fixtures.PA212_weight_overflow import projection
 from fixtures.onnx_builders import model, save
+from fixtures.PA212_weight_overflow import projection
 from precaudit.analysis.signs import is_mask_name
 from precaudit.cli import main
 from tests.helpers import run_cli_process, run_json
@@ -38,7 +38,7 @@ def test_a_count_20000_nodes_below_its_mask_is_found_without_recursion(tmp_path)
     m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [2, 5]),
                       h.make_tensor_value_info("attention_mask", T.INT64, [2, 5])],
               [h.make_tensor_value_info("y", T.FLOAT, [2, 5])], [axes, h.make_tensor("axes1", T.INT64, [1], [1])])
-    code, report = run_json([save(m, tmp_path / "deep.onnx", check=False)], "--select", "PA304", out_dir=tmp_path)
+    _code, report = run_json([save(m, tmp_path / "deep.onnx", check=False)], "--select", "PA304", out_dir=tmp_path)
     assert report["errors"] == []
     assert [(r["rule_id"], r["node_name"], r["values"]["divisor_mask"]) for r in report["results"]] == \
         [("PA304", "mean", "graph input 'attention_mask'")]

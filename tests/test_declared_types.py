@@ -81,13 +81,14 @@ def test_a_graph_with_an_undeclared_value_is_still_inferred(tmp_path, inference_
     assert len(inference_calls) == 1
 
 
+@pytest.mark.requires("torch", "onnxscript", "transformers")
 def test_a_real_dynamo_export_is_read_from_its_declarations(tmp_path, inference_calls):
     """torch's dynamo exporter declares every value: its graph is read without inference, with the findings the
     same graph gives when inference has to type it (its value_info removed)."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("onnxscript")
-    transformers = pytest.importorskip("transformers")
     import warnings
+
+    import torch
+    import transformers
 
     config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                      intermediate_size=128, vocab_size=100)

@@ -57,7 +57,7 @@ def _const(name: str, value: float, np_dtype=np.float32) -> onnx.TensorProto:
 
 
 def test_the_chains_are_deeper_than_the_recursion_limit():
-    assert DEPTH > 5 * sys.getrecursionlimit()
+    assert 5 * sys.getrecursionlimit() < DEPTH
 
 
 def _link(op: str, inputs: list, name: str, **attrs):
@@ -228,7 +228,12 @@ def test_traced_chain_of_adds_into_log(engine, tmp_path, capsys):
     assert report["trace"][0]["nodes"][engine] == DEPTH + 2
     # relu sums are 0 wherever x < 0: log(0) = -inf there (PA904), the first non-finite value (PA906)
     assert _found(report) == [("PA301", "log"), ("PA904", "log"), ("PA906", "log")]
-    assert code == 1
+    # the inputs were synthesized: the traced findings are warnings that say so, and nothing fails the run
+    traced = [r for r in report["results"] if r["rule_id"] in ("PA904", "PA906")]
+    assert [r["severity"] for r in traced] == ["warning", "warning"]
+    assert all(r["message"].endswith("[on synthesized inputs only: a warning until your own --inputs show it]")
+               for r in traced)
+    assert code == 0
 
 
 # ---- nested control flow ----------------------------------------------------------------------------------
@@ -257,6 +262,7 @@ def _nested_ifs(path: Path) -> Path:
     return path
 
 
+@pytest.mark.requires("onnxruntime")
 def test_nested_if_bodies(tmp_path, capsys):
     from precaudit.frontends.onnx import load_onnx
     from precaudit.ir import body_nodes, implicit_inputs
@@ -275,11 +281,11 @@ def test_nested_if_bodies(tmp_path, capsys):
     code, report = _audit([model], tmp_path=tmp_path, capsys=capsys)
     assert report["errors"] == [] and code == 0
     assert _found(report) == [("PA301", log)]
-    pytest.importorskip("onnxruntime")
     code, report = _audit([model], "--trace", "--trace-engine", "onnxruntime", tmp_path=tmp_path, capsys=capsys)
-    assert report["errors"] == [] and code == 1
+    assert report["errors"] == [] and code == 0  # found on synthesized inputs: a warning, not a failed run
     assert report["trace"][0]["nodes"] == {"onnxruntime": 2, "numpy": 0}  # the whole nest runs in one session
     assert _found(report) == [("PA301", log), ("PA906", f"if{NESTING}")]
+    assert next(r["severity"] for r in report["results"] if r["rule_id"] == "PA906") == "warning"
 
 
 # ---- a ResNet-152-deep CNN ----------------------------------------------------------------------------------
@@ -325,7 +331,7 @@ _RESNET = textwrap.dedent('''
 
 @pytest.fixture
 def resnet_py(tmp_path) -> Path:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch")  # a fixture takes no marks: it skips as it is set up
     path = tmp_path / "model.py"
     path.write_text(_RESNET)
     return path
@@ -337,11 +343,13 @@ def _resnet_module(path: Path):
     return namespace["factory"]()
 
 
+@pytest.mark.requires("torch")
 def test_resnet_depth_cnn_onnx_export(resnet_py, tmp_path, capsys):
-    torch = pytest.importorskip("torch")
     import contextlib
     import io
     import warnings
+
+    import torch
 
     module, args = _resnet_module(resnet_py)
     path = tmp_path / "resnet.onnx"

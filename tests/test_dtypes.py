@@ -3,7 +3,6 @@
 import math
 
 import numpy as np
-
 import pytest
 
 from precaudit.dtypes import FORMATS, classify, format_named, round_to_format
@@ -67,9 +66,7 @@ def test_each_format_knows_its_onnx_element_type_and_item_size():
     from onnx import TensorProto as T
     from onnx import helper
 
-    from precaudit.dtypes import FORMATS, format_of_onnx_type
-
-    from precaudit.dtypes import ELEMENTS
+    from precaudit.dtypes import ELEMENTS, FORMATS, format_of_onnx_type
 
     expected = {"fp16": T.FLOAT16, "bf16": T.BFLOAT16, "fp8-e4m3": T.FLOAT8E4M3FN, "fp8-e5m2": T.FLOAT8E5M2,
                 "fp32": T.FLOAT, "fp64": T.DOUBLE, "fp4-e2m1": T.FLOAT4E2M1, "fp8-e8m0": T.FLOAT8E8M0}

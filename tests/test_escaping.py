@@ -116,7 +116,7 @@ def test_text_report_has_its_lines_and_no_escape_bytes(repo, capsys):
 
 
 def test_text_report_in_color_paints_only_its_own_escapes(repo, capsys, monkeypatch):
-    import precaudit.cli.output as output
+    from precaudit.cli import output
 
     monkeypatch.setattr(output, "color_ok", lambda no_color: True)  # as on a terminal
     code, out, _ = _run("text", capsys)

@@ -28,7 +28,7 @@ PARAMS = [(upcast, exporter, dtype) for upcast in (False, True) for exporter in 
 def test_rope_angle(upcast, exporter, dtype, tmp_path):
     model = export_dynamic_seq(Rope(upcast), exporter, dtype, tmp_path / "rope.onnx")
     for args, expected in zip(RUNS, EXPECT[(upcast, dtype)]):
-        code, report = run_json([model], "--dtype", "fp16", *args, out_dir=tmp_path)
+        _code, report = run_json([model], "--dtype", "fp16", *args, out_dir=tmp_path)
         assert report["errors"] == []
         found = sorted((r["rule_id"], r["op_type"]) for r in report["results"])
         assert found == sorted(expected), args

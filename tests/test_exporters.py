@@ -25,7 +25,7 @@ def test_export(case, exporter, dtype, export_dir, tmp_path):
     if case.name.startswith("hf_"):
         pytest.importorskip("transformers")
     model = export(case, exporter, dtype, export_dir)
-    code, report = run_json([model], "--dtype", "fp16", out_dir=tmp_path)
+    _code, report = run_json([model], "--dtype", "fp16", out_dir=tmp_path)
     assert report["errors"] == []
     assert Counter(r["rule_id"] for r in report["results"]) == case.expect(exporter, dtype)
     if dtype == "fp16" and pytest.importorskip("onnxruntime"):
@@ -45,6 +45,6 @@ def test_direct_capture(index, tmp_path):
     factory = tmp_path / "factory.py"
     factory.write_text("from fixtures.torch_exports import CASES, HF_CASES\n"
                        f"def make():\n    case = (CASES + HF_CASES)[{index}]\n    return case.make(), case.example()\n")
-    code, report = run_json([f"{factory}:make"], "--dtype", "fp16", out_dir=tmp_path)
+    _code, report = run_json([f"{factory}:make"], "--dtype", "fp16", out_dir=tmp_path)
     assert report["errors"] == []
     assert Counter(r["rule_id"] for r in report["results"]) == case.expect("torch", "fp16")

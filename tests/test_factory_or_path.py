@@ -56,8 +56,8 @@ def test_no_factories_imports_nothing(planted: Path, capsys: pytest.CaptureFixtu
     assert not (planted / "imported").exists()
 
 
+@pytest.mark.requires("torch")
 def test_train_refuses_a_file_named_like_a_factory(planted: Path, capsys: pytest.CaptureFixture):
-    pytest.importorskip("torch")
     assert main(["train", "x.py:make"]) == 2
     assert not (planted / "imported").exists()
     assert stderr_lines(capsys) == ["precaudit: x.py:make: names a file, not a factory: precaudit reads a path it is "

@@ -199,7 +199,7 @@ def test_min_eps(capsys, tmp_path):
     code, report = fix_json(capsys, model, "--min-eps", "1e-4")
     assert code == SYNTHESIZED and report["repairs"][0]["after"].startswith("eps 0.0001 ")
     assert initializer(Path(report["output"]), "add_eps/precaudit_eps") == np.float32(1e-4)
-    code, out, err = fix_text(capsys, model, "-o", tmp_path / "x.onnx", "--min-eps", "1e-9")
+    code, _out, err = fix_text(capsys, model, "-o", tmp_path / "x.onnx", "--min-eps", "1e-9")
     assert code == 2 and "--min-eps 1e-09: choose a value from 6.104e-05" in err
 
 
@@ -240,7 +240,7 @@ def test_an_eps_raise_is_within_its_bound(capsys, tmp_path):
     """The norm's rows are scaled by sqrt((var + 1e-12)/(var + 6.1e-5)): the bound is computed from the variances
     the original computes on the same inputs, and the difference measured against it."""
     model = fix_models.layernorm(tmp_path / "ln.onnx")
-    code, report = fix_json(capsys, model)
+    _code, report = fix_json(capsys, model)
     f32 = report["repairs"][0]["float32"]
     assert 0 < f32["difference"] <= f32["bound"] < 1e-3
     x = {"x": np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)}
@@ -337,7 +337,7 @@ def test_external_data_outside_the_fixed_models_folder(capsys, tmp_path):
     assert code == SYNTHESIZED and report["external_data"] == ["models/weights.data"]
     onnx.checker.check_model(str(tmp_path / "fixed.onnx"), full_check=True)
     (tmp_path / "elsewhere").mkdir()
-    code, out, err = fix_text(capsys, model, "-o", tmp_path / "elsewhere" / "fixed.onnx")
+    code, _out, err = fix_text(capsys, model, "-o", tmp_path / "elsewhere" / "fixed.onnx")
     assert code == 2 and "cannot reach" in err and "Write the fixed model next to the original" in err
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
@@ -360,7 +360,7 @@ def test_dry_run_writes_nothing(capsys, tmp_path):
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch")  # a fixture takes no marks: it skips as it is set up
     pytest.importorskip("transformers")
     from fixtures.torch_exports import HF_CASES, export
 
@@ -477,7 +477,7 @@ def test_an_eps_inside_an_if_body_is_raised_in_a_valid_body(capsys, tmp_path, ir
     (onnx.checker: 'in initializer but not in graph input'), so the new eps is a Constant node at the body's head;
     at IR 8 it is an initializer of the body. Either way the fixed model passes the full check and runs."""
     model = fix_models.verifier_branch(tmp_path / f"verifier{ir_version}.onnx", ir_version=ir_version)
-    code, report = fix_json(capsys, model, "--select", "PA101")
+    _code, report = fix_json(capsys, model, "--select", "PA101")
     assert report.get("problems") == [] and report["written"], report
     [repair] = report["repairs"]
     word = "Constant node" if ir_version <= 3 else "initializer"

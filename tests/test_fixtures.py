@@ -1,60 +1,52 @@
-"""Every fixture case: the exact findings (rule, node) and their numbers; every rule has a firing and a clean case."""
+"""Every fixture case: the exact findings (rule, node) and their numbers; every rule has a firing and a clean case.
+
+Each case runs through the engine of `precaudit test rules --fixtures fixtures --allow-code` (precaudit/ruletest),
+one pytest item per case and engine: no error, the findings exactly, the values asked for, the exit code, and a
+report that follows the schema."""
 
 from __future__ import annotations
 
-import importlib
+import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 
+from precaudit.cli.grammar import parse, run
 from precaudit.rules.loader import builtin_rules_dir, load_rules
-from tests.helpers import run_json
+from precaudit.ruletest.fixtures import fixture_examples, module_of
+from precaudit.ruletest.run import REPORT, Commands, coverage_problems, run_example
+from tests.helpers import SCHEMA
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 MODULES = sorted(p.stem for p in FIXTURES.glob("PA*.py"))
-CASES = [(mod, case) for mod in MODULES for case in importlib.import_module(f"fixtures.{mod}").CASES]
+RULES = load_rules()
 # Traced cases run on both engines: onnxruntime (the default where installed) and the numpy kernels.
-RUNS = [(mod, case, engine) for mod, case in CASES
-        for engine in (("onnxruntime", "numpy") if "--trace" in case.args and case.command == "check" else ("",))]
+RUNS = {rule.id: fixture_examples(rule, FIXTURES) for rule in RULES}
+EXAMPLES = [example for runs in RUNS.values() for example in runs]
+COMMANDS = Commands(run, parse)
 
 
 def test_fixture_files_were_found():
-    assert len(MODULES) >= 6 and len(CASES) >= 40
+    assert len(MODULES) >= 6 and len({(e.module, e.case.name) for e in EXAMPLES}) >= 40
+    assert sorted(module_of(rule) for rule in RULES) == MODULES  # every module is a rule's: none left unrun
 
 
-@pytest.mark.parametrize("module,case,engine", RUNS,
-                         ids=[f"{m}:{c.name}" + (f":{e}" if e else "") for m, c, e in RUNS])
-def test_case(module, case, engine, tmp_path):
-    model = case.build(tmp_path)
-    engine_args = ("--trace-engine", engine) if engine else ()
-    if case.command == "train":  # a training factory: precaudit train takes --regime, not --dtype
-        code, report = run_json(["train", model], *case.args, out_dir=tmp_path)
-    else:
-        code, report = run_json([model], "--dtype", case.dtype, *case.args, *engine_args, out_dir=tmp_path)
-    assert report["errors"] == []
-    got = {(r["rule_id"], r["node_name"]) for r in report["results"]}
-    assert got == case.expect
-    for rule_id, expected in case.values.items():
-        values = next(r["values"] for r in report["results"] if r["rule_id"] == rule_id)
-        for key, want in expected.items():
-            if isinstance(want, tuple) and want[0] == "contains":
-                assert want[1] in values[key], (key, values[key])
-            else:
-                assert values[key] == pytest.approx(want) if isinstance(want, float) else values[key] == want, key
-    has_error = any(r["severity"] == "error" for r in report["results"])
-    assert code == (1 if has_error else 0)
+@pytest.mark.parametrize("example", EXAMPLES,
+                         ids=[f"{e.module}:{e.case.name}" + (f":{e.engine}" if e.engine else "") for e in EXAMPLES])
+def test_case(example, tmp_path):
+    assert run_example(example, COMMANDS, tmp_path) == []
+    report = json.loads((tmp_path / REPORT).read_text())  # the report it read follows the schema
+    jsonschema.Draft7Validator(SCHEMA).validate(report)
 
 
-@pytest.mark.parametrize("rule", load_rules(), ids=lambda r: r.id)
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.id)
 def test_every_rule_has_a_firing_case_and_a_clean_twin(rule):
-    module = f"{rule.id}_{rule.name.replace('-', '_')}"
-    assert module in MODULES, f"fixtures/{module}.py is missing"
-    cases = importlib.import_module(f"fixtures.{module}").CASES
-    assert any(rule.id in {r for r, _ in c.expect} for c in cases), "no case where the rule must fire"
-    assert any(rule.id not in {r for r, _ in c.expect} for c in cases), "no twin where the rule must stay quiet"
+    assert module_of(rule) in MODULES, f"fixtures/{module_of(rule)}.py is missing"
+    assert coverage_problems(RUNS[rule.id]) == []
 
 
 def test_rule_files_are_named_after_their_rule():
-    for rule in load_rules():
+    for rule in RULES:
         assert Path(rule.source).name == f"{rule.id}-{rule.name}.yaml"
         assert Path(rule.source).parent == builtin_rules_dir()

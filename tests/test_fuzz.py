@@ -9,8 +9,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 
 from tests.fuzzing import Case, byte_cases, model_cases, rule_cases, run_case
-from tests.fuzzing_surfaces import (baseline_cases, config_cases, many_model_cases, name_cases, npz_cases,
-                                    output_cases)
+from tests.fuzzing_surfaces import baseline_cases, config_cases, many_model_cases, name_cases, npz_cases, output_cases
 
 _FAST = settings(max_examples=30, derandomize=True, database=None, deadline=None,
                  suppress_health_check=list(HealthCheck))

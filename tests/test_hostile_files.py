@@ -161,8 +161,8 @@ def test_report_refuses_the_traced_inputs(tmp_path, capsys):
     assert same()
 
 
+@pytest.mark.requires("torch")
 def test_report_refuses_a_factorys_source_and_what_it_imports(tmp_path, capsys):
-    pytest.importorskip("torch")
     (tmp_path / "blocks.py").write_text("import torch\nclass Net(torch.nn.Module):\n"
                                         "    def forward(self, x):\n        return torch.log(torch.softmax(x, -1))\n")
     source = tmp_path / "model.py"
@@ -391,12 +391,12 @@ def test_npz_members_that_lie(traced_model, tmp_path, member, data, problem):
 def test_zip_bomb_npz_is_refused_before_it_inflates(traced_model, tmp_path):
     npz = tmp_path / "bomb.npz"  # 1.25 GiB of zeros in a few MB
     count = (5 << 28) // 4
-    with zipfile.ZipFile(npz, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as z:
-        with z.open("x.npy", "w", force_zip64=True) as f:
-            f.write(_npy_header((count,)))
-            chunk = bytes(64 << 20)
-            for _ in range((count * 4) // len(chunk)):
-                f.write(chunk)
+    with zipfile.ZipFile(npz, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as z, \
+            z.open("x.npy", "w", force_zip64=True) as f:
+        f.write(_npy_header((count,)))
+        chunk = bytes(64 << 20)
+        for _ in range((count * 4) // len(chunk)):
+            f.write(chunk)
     assert npz.stat().st_size < 16 << 20
     code, _, err, peak = run_cli_process([traced_model, "--trace", "--inputs", npz], tmp_path, timeout=60)
     assert code == 2
@@ -407,7 +407,7 @@ def test_zip_bomb_npz_is_refused_before_it_inflates(traced_model, tmp_path):
 def test_npz_from_numpy_still_runs(traced_model, tmp_path):
     npz = tmp_path / "in.npz"
     np.savez_compressed(npz, x=np.full((2, 8), 3.0, np.float32))
-    code, report = run_json([traced_model], "--trace", "--inputs", str(npz), out_dir=tmp_path)
+    _code, report = run_json([traced_model], "--trace", "--inputs", str(npz), out_dir=tmp_path)
     assert report["errors"] == [] and report["trace"][0]["inputs"]
 
 
@@ -468,7 +468,7 @@ def test_names_that_are_not_utf8_are_reported_visibly(tmp_path, capsys):
     assert main([str(path)]) == 1
     out = capsys.readouterr().out
     assert "PA101" in out and "node 'norm\\udcff\\udcfe\\udcfd\\udcfc' (LayerNormalization)" in out
-    code, report = run_json([path], out_dir=tmp_path)
+    _code, report = run_json([path], out_dir=tmp_path)
     assert report["results"][0]["node_name"].startswith("norm")
 
 

@@ -224,10 +224,10 @@ def cast_back():
 
 
 @pytest.mark.parametrize("factory,expect", [("promoted", set()), ("cast_back", {"PA102", "PA208"})])
+@pytest.mark.requires("torch")
 def test_a_float16_operand_of_a_promoting_op_ends_no_island(tmp_path, factory, expect):
     """model.to(float16): relu(x) * x.float() reads a float16 value and the island, and PyTorch computes it in
     float32, so the LayerNorm after it does too; its twin casts the product back to float16 first."""
-    pytest.importorskip("torch")
     (tmp_path / "promote.py").write_text(_PROMOTING)
     _, report = run_json([f"{tmp_path / 'promote.py'}:{factory}"], "--dtype", "fp16", out_dir=tmp_path)
     assert report["errors"] == []

@@ -210,6 +210,7 @@ def test_a_list_the_converter_turns_into_a_refused_model_is_not_the_answer(targe
     assert "node_block_list=['residual', 'norm']" in keep["snippet"]
 
 
+@pytest.mark.slow
 def test_a_model_over_2gb_with_external_data(tmp_path):
     """A static list never reads weights: a 2.2 GB external tensor (a sparse file here) costs nothing, and the
     snippets keep the weights in external data."""
@@ -247,7 +248,7 @@ def test_text_output(ffn_model, tmp_path):
     ((), "keep-list needs --for"),
     (("--for", "pytorch"), "--for pytorch does not apply to an ONNX model"),
     (("--for", "tvm"), "--for: must be one of onnxconverter-common, onnxruntime, olive, modelopt, openvino, pytorch, "
-                        "torch-tensorrt, modelopt-quant, got 'tvm'"),
+                        "torch-tensorrt, modelopt-quant, tensorrt, coreml, qnn, dml, webgpu, got 'tvm'"),
     (("--for", "onnxruntime", "--dtype", "bf16"), "converts to float16 only"),
 ])
 def test_usage_errors(ffn_model, args, message, capsys):
@@ -276,8 +277,8 @@ def test_a_generated_name_never_takes_a_real_nodes_name(tmp_path):
     assert keep["snippet_check"]["ran"] and keep["snippet_check"]["loads"]
 
 
+@pytest.mark.requires("torch")
 def test_pytorch_modules_and_torch_tensorrt_names(tmp_path):
-    pytest.importorskip("torch")
     root = Path(__file__).resolve().parent.parent
     spec = f"{root}/fixtures/torch_src/hazards.py:hand_layernorm"
     _, keep = keep_json(tmp_path, spec, "--for", "pytorch")
@@ -390,10 +391,11 @@ def make():
 '''
 
 
+@pytest.mark.requires("torch")
 def test_a_pytorch_snippet_runs_as_printed_on_modules_named_like_regexes(tmp_path):
     """Module names with brackets, bars, quotes and dashes: the printed wrapper reaches exactly those modules
     (get_submodule takes the name as the module holds it) and the half model then runs."""
-    torch = pytest.importorskip("torch")
+    import torch
     (tmp_path / "odd.py").write_text(ODD_NAMES)
     _, keep = keep_json(tmp_path, f"{tmp_path}/odd.py:make", "--for", "pytorch")
     assert keep["arguments"]["modules"] == ["(x|y)+", "a[0]", "d.k-1", "q'x"]
@@ -455,10 +457,10 @@ def test_nodes_sharing_a_name_are_renamed_by_the_snippet_and_listed_so(tmp_path,
     assert [n.name for n in named.graph.node] == [*names, *second, "add_eps~1"]
 
 
+@pytest.mark.requires("onnxruntime")
 def test_an_error_no_float32_node_fixes_does_not_fail_the_list(tmp_path):
     """eps = inf divides every row by inf in float32 too: PA107 is 'not fixed by float32', said apart, and the
     converted model still having it does not make the verified list 'NOT verified' (exit 3: synthesized inputs)."""
-    pytest.importorskip("onnxruntime")
     model = save(decomposed_layernorm(float("inf"), dtype="fp32")[0], tmp_path / "inf.onnx")
     code, keep = keep_json(tmp_path, model, "--for", "onnxruntime", "--trace")
     assert code == SYNTHESIZED and keep["verification"]["verified"] is True

@@ -53,8 +53,8 @@ def test_no_angle_site_says_what_the_sin_reads(tmp_path, capsys):
 
     lines = _trace(capsys, "PA217", save(_sin_of_matmul(), tmp_path / "sin.onnx"))
     assert lines[1:] == ["  no angle site in the graph",
-                         "    node 'sin' (Sin) reads MatMul 'proj': no product of integers (a Range, a CumSum of ones, a "
-                         "Cast of integers) and constant frequencies, so no angle made from positions"]
+                         "    node 'sin' (Sin) reads MatMul 'proj': no value made from integers (a Range, a CumSum of "
+                         "ones, a Cast of integers) and constants alone, so no angle made from positions"]
     line = _trace(capsys, "PA217", save(_rope(100), tmp_path / "rope.onnx"))[1]
     assert line.startswith("  node 'cos' (Cos, angle site): condition `")
     assert line.endswith("is false with angle_bound=100.0, coarse_from=128.0, compute_dtype='float16'")

@@ -86,10 +86,10 @@ def test_check_keep_list_fix_and_the_api_agree_node_for_node(project, capsys):
     assert report.exit_code == 0 and report.ok  # PA102 is a warning: below the default fail_on error
 
 
+@pytest.mark.requires("torch")
 def test_an_inline_suppression_holds_in_check_keep_list_and_the_api(tmp_path, monkeypatch, capsys):
     """`# precaudit: ignore[PA101]` on the Python line silences PA101 there for every command (keep-list listed
     the node before)."""
-    pytest.importorskip("torch")
     source = tmp_path / "model.py"
     source.write_text(
         "import torch\n"

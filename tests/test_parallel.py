@@ -43,8 +43,8 @@ def test_report_refuses_a_file_only_a_worker_read(models, tmp_path, capsys):
     assert data.read_bytes() == before
 
 
+@pytest.mark.requires("torch")
 def test_a_worker_that_dies_is_that_models_error(tmp_path, capsys):
-    pytest.importorskip("torch")
     source = tmp_path / "model.py"
     source.write_text("import os\nimport torch\n\ndef dies():\n    os._exit(3)\n\n"
                       "def norm():\n    return torch.nn.LayerNorm(8), (torch.randn(2, 8),)\n")
@@ -85,7 +85,7 @@ def test_an_unexpected_failure_is_that_models_error(models, tmp_path, capsys, mo
     models are audited and reported, exit 2, one line naming the model."""
     import json
 
-    import precaudit.audit_models as audit_models
+    from precaudit import audit_models
 
     real = audit_models.collect_sites
 

@@ -77,9 +77,15 @@ def test_every_shipped_rule_validates_against_the_published_schema():
         errors = [e.message for e in validator.iter_errors(yaml.safe_load(path.read_text()))]
         assert errors == [], (path.name, errors)
     good = yaml.safe_load(files[0].read_text())
+    example = {"model": "examples/fire.onnx", "args": ["--dtype", "bf16"], "fires": ["ln"]}
+    assert validator.is_valid({**good, "tests": [example, {"model": "quiet.onnx", "fires": []}]})
     for bad in ({**good, "severity": "fatal"}, {**good, "id": "PA101\n"}, {**good, "colour": "red"},
                 {**good, "sites": ["nowhere"]}, {**good, "repair": "rewrite-everything"},
-                {k: v for k, v in good.items() if k != "fix"}):
+                {k: v for k, v in good.items() if k != "fix"},
+                {**good, "tests": example}, {**good, "tests": [{**example, "colour": "red"}]},
+                {**good, "tests": [{"model": "fire.onnx"}]}, {**good, "tests": [{**example, "model": "/abs.onnx"}]},
+                {**good, "tests": [{**example, "model": "fire.pt2"}]}, {**good, "tests": [{**example, "fires": "ln"}]},
+                {**good, "tests": [{**example, "args": "--dtype bf16"}]}):
         assert not validator.is_valid(bad), bad
 
 

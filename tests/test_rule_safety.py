@@ -365,7 +365,7 @@ def test_a_path_that_is_not_a_rule_file_is_one_line_naming_it(case, make, lineno
                          ids=["fifo", "folder-with-fifo", "folder-with-link-to-dev-zero"])
 def test_a_fifo_or_device_never_blocks_a_child_process(case, make, tmp_path):
     given, shown = make(tmp_path)
-    code, lines, rss, seconds = run_child(["rules", "--rules", given], timeout=60)
+    code, lines, _rss, _seconds = run_child(["rules", "--rules", given], timeout=60)
     assert code == 2 and len(lines) == 1 and lines[0].startswith(f"precaudit: {shown}: "), lines[:5]
 
 

@@ -10,11 +10,20 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from precaudit.checkpoint import scan
 from precaudit.checkpoint import header as header_module
+from precaudit.checkpoint import scan
 from precaudit.checkpoint import scanner as scan_module
-from tests.scales_checkpoints import (codes, compressed_nvfp4, compressed_w4a16, gpt_oss_mxfp4, modelopt_fp8,
-                                      modelopt_nvfp4, named, torchao_mxfp8, write)
+from tests.scales_checkpoints import (
+    codes,
+    compressed_nvfp4,
+    compressed_w4a16,
+    gpt_oss_mxfp4,
+    modelopt_fp8,
+    modelopt_nvfp4,
+    named,
+    torchao_mxfp8,
+    write,
+)
 
 NVFP4_CONFIG = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "ignore": ["lm_head"]}
 CT_NVFP4_CONFIG = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "ignore": ["lm_head"],
@@ -199,9 +208,10 @@ def test_torchao_clean_twin(tmp_path):
     assert scan(torchao_checkpoint(tmp_path, broken=False)).findings == []
 
 
+@pytest.mark.requires("safetensors.numpy")
 def test_a_checkpoint_the_safetensors_library_wrote_is_read(tmp_path):
     """The real writer, not ours: compressed-tensors MXFP4 in U8 tensors (the library's numpy side has no F8)."""
-    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    import safetensors.numpy as safetensors_numpy
     scale = np.full((8, 2), 127, dtype=np.uint8)
     scale[4, 1] = 0xFF
     safetensors_numpy.save_file({"model.layers.0.mlp.up_proj.weight_packed": np.zeros((8, 32), dtype=np.uint8),
@@ -211,8 +221,9 @@ def test_a_checkpoint_the_safetensors_library_wrote_is_read(tmp_path):
     assert [e["layout"] for e in report.layouts] == ["compressed-tensors-mxfp4"] and report.exit_code == 1
 
 
+@pytest.mark.requires("safetensors")
 def test_the_library_reads_what_the_tests_write(tmp_path):
-    safetensors = pytest.importorskip("safetensors")
+    import safetensors
     path = modelopt_nvfp4_checkpoint(tmp_path, broken=True)
     with safetensors.safe_open(str(path), "np") as f:
         assert len(set(f.keys())) == 9

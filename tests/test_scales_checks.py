@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from precaudit.checkpoint import scan
-from tests.scales_checkpoints import (block_scales, compressed_nvfp4, modelopt_fp8, modelopt_nvfp4, named, write)
+from tests.scales_checkpoints import block_scales, compressed_nvfp4, modelopt_fp8, modelopt_nvfp4, named, write
 
 NVFP4 = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}
 

@@ -102,7 +102,7 @@ def test_torchscript_file(tmp_path):
     from fixtures.torch_src.hazards import HandLayerNorm
     torch.jit.save(torch.jit.trace(HandLayerNorm(1e-12), (torch.randn(2, 4, 8),)), str(tmp_path / "m.pt"))
     code, report = run_json([tmp_path / "m.pt"], "--input-shape", "2,4,8", out_dir=tmp_path)
-    assert code == 1 and [r["rule_id"] for r in report["results"]][0] == "PA101"
+    assert code == 1 and next(r["rule_id"] for r in report["results"]) == "PA101"
 
 
 def test_pickled_module_is_refused_without_trust(tmp_path, capsys):
@@ -141,7 +141,7 @@ def test_json_report_of_a_traced_module_matches_the_schema(tmp_path):
     import jsonschema
 
     schema = json.loads((SRC.parents[2] / "precaudit/schemas/report.schema.json").read_text())
-    code, report = run_json([f"{SRC}:loud_rmsnorm"], "--trace", out_dir=tmp_path)
+    _code, report = run_json([f"{SRC}:loud_rmsnorm"], "--trace", out_dir=tmp_path)
     jsonschema.Draft7Validator(schema).validate(report)
     assert {r["rule_id"] for r in report["results"]} >= {"PA208", "PA901"}
     assert all(r["source_file"].endswith("hazards.py") and r["source_line"] for r in report["results"])

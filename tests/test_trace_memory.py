@@ -38,7 +38,7 @@ from precaudit.trace.sites import _absmax_reaches
 from tests.helpers import assert_traced_alike, run_cli_process
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from llama_onnx import LlamaShape, write_llama  # noqa: E402
+from llama_onnx import LlamaShape, write_llama
 
 pytest.importorskip("onnxruntime")
 
@@ -245,6 +245,7 @@ def _tied_model(folder: Path, vocab: int = 2048, hidden: int = 512, blocks: int 
     return path
 
 
+@pytest.mark.slow
 def test_a_tied_weight_is_read_again_by_each_segment_not_held_between(tmp_path, small_weight_budget):
     graph = load_onnx(str(_tied_model(tmp_path)))
     refs = _watch_weights(graph)
@@ -301,6 +302,7 @@ def test_weights_kept_for_the_next_sample_change_no_number(tmp_path, monkeypatch
 # ---- a child process: memory against the model's size ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tracing_a_1_gb_model_takes_well_under_its_size(tmp_path):
     """Eight TinyLlama-wide layers and a 32,000-token vocabulary: 0.97 GB of fp16 weights (holes in a sparse file,
     so the test costs no disk). Before weights were read per segment, this took 5.5 GB; now about 0.5 GB."""

@@ -13,11 +13,11 @@ from onnx import helper as h
 
 pytest.importorskip("onnxruntime")
 
-from fixtures.onnx_builders import const, model, save, tensor  # noqa: E402
-from precaudit.frontends.onnx import load_onnx  # noqa: E402
-from precaudit.ir import implicit_inputs  # noqa: E402
-from precaudit.trace import ort_engine  # noqa: E402
-from tests.helpers import run_json  # noqa: E402
+from fixtures.onnx_builders import const, model, save, tensor
+from precaudit.frontends.onnx import load_onnx
+from precaudit.ir import implicit_inputs
+from precaudit.trace import ort_engine
+from tests.helpers import run_json
 
 
 def _if_model(tmp_path):
@@ -100,7 +100,7 @@ def test_a_body_reads_a_value_made_in_an_earlier_segment(tmp_path, monkeypatch):
     monkeypatch.setattr(ort_engine, "_FIRST_SEGMENT", 1)
     monkeypatch.setattr(ort_engine, "_MIN_SEGMENT", 1)
     monkeypatch.setattr(ort_engine, "_BUDGET", 1)
-    code, found = _trace(tmp_path, _if_model(tmp_path), np.ones((2, 8)))
+    _code, found = _trace(tmp_path, _if_model(tmp_path), np.ones((2, 8)))
     assert set(found) == {("PA906", "branch")}
 
 
@@ -114,7 +114,7 @@ def test_a_running_sum_in_a_scan_overflows(tmp_path):
              h.make_node("Add", ["total", "zeros"], ["y"], name="out")]
     path = save(model(nodes, [tensor("x", "fp32", (8, 4))], [tensor("y", "fp32", (4,)), tensor("partial", "fp32", (8, 4))],
                       [const("zeros", np.zeros(4))], opset=17), tmp_path / "scan.onnx")
-    code, found = _trace(tmp_path, path, np.full((8, 4), 10000.0))
+    _code, found = _trace(tmp_path, path, np.full((8, 4), 10000.0))
     assert set(found) == {("PA901", "scan"), ("PA906", "scan")}
     assert found[("PA901", "scan")]["absmax"] == 80000.0
     assert _trace(tmp_path, path, np.full((8, 4), 1000.0)) == (0, {})
@@ -157,7 +157,7 @@ def test_a_branch_reads_the_outer_value_a_sibling_branch_shadows(tmp_path):
     graph = load_onnx(str(path))
     branch = next(n for n in graph.nodes if n.op_type == "If")
     assert sorted(v.name for v in implicit_inputs(branch)) == ["a", "ten", "x"]
-    code, report = _run_feeds(tmp_path, path, x=np.full((2, 8), 10.0, np.float32), **_cond(False))
+    _code, report = _run_feeds(tmp_path, path, x=np.full((2, 8), 10.0, np.float32), **_cond(False))
     found = {(r["rule_id"], r["node_name"]): r["values"] for r in report["results"]}
     assert set(found) == {("PA901", "mk_a"), ("PA906", "mk_a")}
     assert found[("PA901", "mk_a")]["absmax"] == 70000.0
@@ -176,7 +176,7 @@ def test_two_control_flow_nodes_may_share_a_name(tmp_path):
              h.make_node("Add", ["y1", "y2"], ["y"], name="add")]
     path = save(model(nodes, [tensor("x", "fp32"), h.make_tensor_value_info("c", T.BOOL, [])], [tensor("y", "fp32")],
                       [const("two", 2.0)]), tmp_path / "dup.onnx")
-    code, report = _run_feeds(tmp_path, path, x=np.full((2, 8), 20000.0, np.float32), **_cond(True))
+    _code, report = _run_feeds(tmp_path, path, x=np.full((2, 8), 20000.0, np.float32), **_cond(True))
     assert report["errors"] == [] and report["trace"][0]["nodes"] == {"onnxruntime": 3, "numpy": 0}
     # 2 * 20000 fits float16; their sum, 80000, does not
     assert {(r["rule_id"], r["node_name"]) for r in report["results"]} == {("PA901", "add"), ("PA906", "add")}

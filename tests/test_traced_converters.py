@@ -15,13 +15,13 @@ from onnx import helper as h
 
 pytest.importorskip("onnxruntime")
 
-from fixtures.onnx_builders import chain_model, const, decomposed_layernorm, in_if_branch, model, save, tensor  # noqa: E402
-from precaudit.analysis.compute_dtype import DtypeResolver  # noqa: E402
-from precaudit.dtypes import FORMATS  # noqa: E402
-from precaudit.frontends.onnx import load_onnx  # noqa: E402
-from precaudit.trace.emulator import Emulator  # noqa: E402
-from precaudit.trace.measure import attach_probes  # noqa: E402
-from tests.helpers import run_json  # noqa: E402
+from fixtures.onnx_builders import chain_model, const, decomposed_layernorm, in_if_branch, model, save, tensor
+from precaudit.analysis.compute_dtype import DtypeResolver
+from precaudit.dtypes import FORMATS
+from precaudit.frontends.onnx import load_onnx
+from precaudit.trace.emulator import Emulator
+from precaudit.trace.measure import attach_probes
+from tests.helpers import run_json
 
 ENGINES = ("numpy", "onnxruntime")
 FP16_1E7 = float(np.float16(1e-7))  # 1.1920929e-07: onnxconverter-common's 1e-7, rounded

@@ -64,12 +64,12 @@ def test_an_omitted_optional_output_is_not_measured(tmp_path, engine):
     assert (code, report["errors"], report["results"]) == (0, [], [])
 
 
+@pytest.mark.requires("onnxruntime")
 def test_float64_arrays_in_the_npz_run_as_the_model_declares(tmp_path):
     """numpy.savez writes float64 by default: the reference still computes in float32, and on onnxruntime."""
-    pytest.importorskip("onnxruntime")
     steps = [h.make_node("Mul", ["x", "k"], ["a"], name="act"), h.make_node("Mul", ["a", "a"], ["y"], name="sq")]
     path = save(model(steps, [tensor("x", "fp32")], [tensor("y", "fp32")], [const("k", 300.0)]), tmp_path / "m.onnx")
-    code, report = run_json([path], "--trace", "--select", "PA901",
+    _code, report = run_json([path], "--trace", "--select", "PA901",
                             "--inputs", _npz(tmp_path, x=np.ones((2, 8), np.float64)), out_dir=tmp_path)
     assert report["trace"][0]["nodes"] == {"onnxruntime": 2, "numpy": 0}
     assert [(r["node_name"], r["values"]["absmax"]) for r in report["results"]] == [("sq", 90000.0)]
@@ -82,7 +82,7 @@ def test_layernorm_statistics_read_downstream(tmp_path, engine):
     m = model(nodes, [tensor("x", "fp32")], [tensor("y", "fp32"), tensor("scaled", "fp32", (2, 1))],
               [const("g", np.ones(8)), const("thousand", 1000.0)])
     path = save(m, tmp_path / "ln.onnx", check=False)
-    code, report = run_json([path], "--trace", "--trace-engine", engine, "--select", "PA901",
+    _code, report = run_json([path], "--trace", "--trace-engine", engine, "--select", "PA901",
                             "--inputs", _npz(tmp_path, x=np.ones((2, 8))), out_dir=tmp_path)
     assert report["errors"] == []
     assert [(r["node_name"], r["values"]["absmax"]) for r in report["results"]] == [("scale", pytest.approx(1e5, rel=1e-3))]
@@ -96,20 +96,20 @@ def test_integer_mod_takes_the_sign_of_the_divisor(tmp_path, engine):
     m = model(nodes, [h.make_tensor_value_info("i", T.INT64, [2])], [tensor("y", "fp32", (2,))],
               [numpy_helper.from_array(np.array(3, np.int64), "three"), const("big", 40000.0)])
     path = save(m, tmp_path / "mod.onnx")
-    code, report = run_json([path], "--trace", "--trace-engine", engine, "--select", "PA901",
+    _code, report = run_json([path], "--trace", "--trace-engine", engine, "--select", "PA901",
                             "--inputs", _npz(tmp_path, i=np.array([-7, 1], np.int64)), out_dir=tmp_path)
     assert [(r["node_name"], r["values"]["absmax"], r["values"]["overflow_fraction"]) for r in report["results"]] == \
         [("scale", 80000.0, 0.5)]
 
 
+@pytest.mark.requires("onnxruntime")
 def test_a_numpy_scalar_feeds_an_onnxruntime_segment(tmp_path):
     """fp8: ReduceSum (numpy, rounds into e4m3) gives a 0-d result; Relu and Neg after it only move values, which
     needs no rounding, so onnxruntime runs them, fed that result."""
-    pytest.importorskip("onnxruntime")
     nodes = [h.make_node("ReduceSum", ["x"], ["s"], name="rsum", keepdims=0),
              h.make_node("Relu", ["s"], ["r"], name="relu"), h.make_node("Neg", ["r"], ["y"], name="neg")]
     path = save(model(nodes, [tensor("x", "fp32")], [tensor("y", "fp32", ())], opset=13), tmp_path / "m.onnx")
-    code, report = run_json([path], "--trace", "--dtype", "fp8-e4m3", out_dir=tmp_path)
+    _code, report = run_json([path], "--trace", "--dtype", "fp8-e4m3", out_dir=tmp_path)
     assert report["errors"] == []
     assert report["trace"][0]["nodes"] == {"onnxruntime": 2, "numpy": 1}
 
@@ -150,7 +150,7 @@ def test_a_norm_whose_input_only_rearranges_another_value(tmp_path, engine):
     path = save(m, tmp_path / "ln.onnx")
     x = np.random.default_rng(0).standard_normal((8, 2)).astype(np.float32)
     x[:, 0] = 3.0  # after the Transpose, row 0 is constant
-    code, report = run_json([path], "--trace", "--trace-engine", engine, "--select", "PA902",
+    _code, report = run_json([path], "--trace", "--trace-engine", engine, "--select", "PA902",
                             "--inputs", _npz(tmp_path, x=x), out_dir=tmp_path)
     assert report["errors"] == []
     assert [(r["node_name"], r["values"]["zero_variance_rows"], r["values"]["rows"]) for r in report["results"]] == \
@@ -158,10 +158,10 @@ def test_a_norm_whose_input_only_rearranges_another_value(tmp_path, engine):
 
 
 @pytest.mark.parametrize("training", [True, False])
+@pytest.mark.requires("onnxruntime")
 def test_dropout_exported_in_training_mode_runs_as_in_inference(tmp_path, training):
     """torch.export of a module left in training mode writes Dropout(x, 0.5, training_mode=True): both runs must read
     the same x (inference: the identity), or every value after it differs by far more than rounding (PA908)."""
-    pytest.importorskip("onnxruntime")
     nodes = [h.make_node("Dropout", ["x", "ratio", "training"], ["d"], name="dropout"),
              h.make_node("Mul", ["d", "d"], ["sq"], name="square"),
              h.make_node("ReduceMean", ["sq", "axes"], ["ms"], name="mean"),

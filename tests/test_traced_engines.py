@@ -86,7 +86,7 @@ def test_the_square_overflow_is_found_by_onnxruntime_casts(tmp_path):
     by_name = {v.name: emulator.stats[id(v)] for n in graph.nodes for v in n.outputs if id(v) in emulator.stats}
     assert by_name["sq"].nonfinite == 16 and by_name["sq"].absmax == 90000.0
     assert by_name["act"].nonfinite == 0
-    code, report = run_json([path], "--trace", "--trace-engine", "onnxruntime", "--inputs", str(tmp_path / "x.npz"),
+    _code, report = run_json([path], "--trace", "--trace-engine", "onnxruntime", "--inputs", str(tmp_path / "x.npz"),
                             "--select", "PA9", out_dir=tmp_path)
     assert {(r["rule_id"], r["node_name"]) for r in report["results"]} == {("PA901", "sq"), ("PA906", "sq")}
 
@@ -169,9 +169,9 @@ def _vision(kind: str):
 
 @pytest.mark.parametrize("kind", ["vit", "resnet", "convnext"])
 @pytest.mark.parametrize("half", [False, True], ids=["fp32", "fp16"])
+@pytest.mark.requires("transformers")
 def test_vision_models_trace_alike_on_both_engines(kind, half, tmp_path):
     """Conv, BatchNorm, and ConvNeXt's LayerNorm after a permute: every node on onnxruntime, same findings."""
-    pytest.importorskip("transformers")
     case = ExportCase(kind, lambda: _LastHiddenState(_vision(kind), "pixel_values"), same(),
                       example=lambda: (torch.randn(1, 3, 32, 32),))
     assert_traced_alike(export(case, "ts17", "fp16" if half else "fp32", tmp_path), tmp_path)

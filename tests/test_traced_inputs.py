@@ -109,7 +109,7 @@ def test_several_npz_files_are_several_batches(tmp_path, rms):
     quiet, loud = tmp_path / "quiet.npz", tmp_path / "loud.npz"
     np.savez(quiet, x=np.ones((2, 8), np.float32))
     np.savez(loud, x=np.full((2, 8), 300.0, np.float32))
-    code, report = run_json([rms], "--trace", "--select", "PA901", "--inputs", str(quiet), "--inputs", str(loud),
+    _code, report = run_json([rms], "--trace", "--select", "PA901", "--inputs", str(quiet), "--inputs", str(loud),
                             out_dir=tmp_path)
     (finding,) = report["results"]
     assert (finding["node_name"], finding["values"]["elements"], finding["values"]["samples"]) == ("sq", 32, 2)
@@ -288,12 +288,12 @@ def _endless_loop():
 
 
 @pytest.mark.parametrize("command", [[], ["keep-list", "--for", "onnxruntime"]])
+@pytest.mark.requires("onnxruntime")
 def test_a_traced_run_past_its_timeout_stops(command, tmp_path, capsys):
     """--timeout bounds a model's traced run, inside an onnxruntime session too (RunOptions.terminate): one line
     naming the node, exit 2, seconds after the limit rather than never."""
     import time
 
-    pytest.importorskip("onnxruntime")
     path = save(_endless_loop(), tmp_path / "loop.onnx")
     args = [*command[:1], str(path), *command[1:], "--trace", "--timeout", "1"]
     start = time.monotonic()

@@ -98,7 +98,7 @@ def test_rule_examples_arithmetic():
     bf = ml_dtypes.bfloat16
     assert float(np.array(0.02, dtype=bf)) + 1e-5 == pytest.approx(0.02, abs=1e-4)
     assert np.array(np.array(0.02, dtype=bf).astype(np.float64) + 1e-5).astype(bf) == np.array(0.02, dtype=bf)  # PA402
-    assert 2.0 ** -6 * 2.0 ** -7 / 2 == pytest.approx(6.1e-5, rel=1e-3)
+    assert pytest.approx(6.1e-5, rel=1e-3) == 2.0 ** -6 * 2.0 ** -7 / 2
 
 
 def test_emulated_bf16_agrees_with_a_real_bf16_cpu_step():

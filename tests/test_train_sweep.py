@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import train_sweep  # noqa: E402
 
 
+@pytest.mark.slow
 def test_the_published_tables_are_what_the_sweep_finds():
     text, _ = train_sweep.table()
     for page in (ROOT / "README.md", ROOT / "docs" / "training.md"):

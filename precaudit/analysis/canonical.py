@@ -21,7 +21,6 @@ value of a graph costs linear time and no recursion.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,8 +29,19 @@ from ..dtypes import FORMATS, round_to_format
 from ..ir import Node, Value
 from .constants import resolve_scalar
 
-__all__ = ["SHAPE_ONLY", "STATISTICS", "Reduction", "through_shape", "producer", "square_base", "reduction", "reduced_count",
-           "clamped_difference", "is_centred", "views"]
+__all__ = [
+    "SHAPE_ONLY",
+    "STATISTICS",
+    "Reduction",
+    "clamped_difference",
+    "is_centred",
+    "producer",
+    "reduced_count",
+    "reduction",
+    "square_base",
+    "through_shape",
+    "views",
+]
 
 SHAPE_ONLY = frozenset({"Cast", "Identity", "Expand", "Reshape", "Unsqueeze", "Squeeze"})
 _MAX_HOPS = 8  # shape-only ops between two steps of a statistic: exporters write one to three
@@ -147,7 +157,7 @@ def _scales_to_mean(c: float, count: int | None, divides: bool) -> bool:
     if not math.isfinite(c) or c <= 0:
         return False
     n = count if count is not None else round(c if divides else 1.0 / c)
-    if n < 1 or count is None and n < 2:
+    if n < 1 or (count is None and n < 2):
         return False
     target = float(n) if divides else 1.0 / n
     return any(round_to_format(target, fmt) == c for fmt in _STORED)
@@ -174,8 +184,8 @@ def reduced_count(node: Node) -> int | None:
                 return 1
             axes = list(range(rank))
     n = 1
-    for axis in axes:
-        axis = int(axis) + rank if int(axis) < 0 else int(axis)
+    for given in axes:
+        axis = int(given) + rank if int(given) < 0 else int(given)
         if not 0 <= axis < rank:
             return None
         dim = shape[axis]

@@ -244,12 +244,7 @@ class DtypeResolver:
         origin = self._origin.get(id(value))
         island = origin if origin is not None and origin.island else None
         if value.dtype != "fp32":
-            fmt = FORMATS[value.dtype]
-            if origin is not None and origin.kind in ("island", "cast") and origin.to == value.dtype:
-                return ComputeDtype(fmt, f"after Cast to {fmt.long_name} at node '{origin.cast}'")
-            if self.graph.converted_to == value.dtype:
-                return ComputeDtype(fmt, f"--dtype {fmt.name}: the module was converted with model.to({fmt.long_name})")
-            return ComputeDtype(fmt, f"model stored in {fmt.long_name}")
+            return self._stored_as_is(value.dtype, origin)
         if self.target.name == "fp32":
             return ComputeDtype(self.target, "model stored in float32, --dtype fp32")
         if self.target.blocked:
@@ -265,6 +260,19 @@ class DtypeResolver:
             return ComputeDtype(FORMATS["fp32"], f"after Cast to float32 at node '{island.cast}'")
         if self.converted:
             return ComputeDtype(FORMATS["fp32"], f"stored in float32 in a model stored in {self.target.long_name}")
+        return ComputeDtype(self.target, self._why_target(origin), self.clamp)
+
+    def _stored_as_is(self, dtype: str, origin: _Origin | None) -> ComputeDtype:
+        """A value the graph stores in a float type other than float32: held as it is."""
+        fmt = FORMATS[dtype]
+        if origin is not None and origin.kind in ("island", "cast") and origin.to == dtype:
+            return ComputeDtype(fmt, f"after Cast to {fmt.long_name} at node '{origin.cast}'")
+        if self.graph.converted_to == dtype:
+            return ComputeDtype(fmt, f"--dtype {fmt.name}: the module was converted with model.to({fmt.long_name})")
+        return ComputeDtype(fmt, f"model stored in {fmt.long_name}")
+
+    def _why_target(self, origin: _Origin | None) -> str:
+        """Why a float32 value runs in the target format, and why an upcast before it does not count."""
         converter = f" converted by {self.converter.title}" if self.converting else ""
         why = f"--dtype {self.target.name}: float32 tensors run as {self.target.long_name}{converter}"
         if self.retarget is not None and self.runtime is not None:
@@ -276,7 +284,7 @@ class DtypeResolver:
                     f"'{origin.ended_at}', which also reads '{origin.ended_by}')")
         elif origin is not None and origin.kind == "converted":
             why += f" (the Cast to float32 at '{origin.cast}' starts no island: the converter {self.converter.upcast})"
-        return ComputeDtype(self.target, why, self.clamp)
+        return why
 
     def of_node(self, node: Node) -> ComputeDtype | None:
         """The dtype a node computes in: its kept-fp32 status, else the dtype of its first float input (the
@@ -320,7 +328,7 @@ class DtypeResolver:
             return ComputeDtype(fmt, f"{runtime.label}: {fused.fact.says}", held.clamp,
                                 stored=held.stored or (held.fmt if fmt is not held.fmt else None), fact=fused.fact)
         kernel = runtime.kernel(node, held.fmt, self.graph)
-        if kernel is None or (kernel.compute is None or kernel.compute == held.fmt.name) and not kernel.converts:
+        if kernel is None or ((kernel.compute is None or kernel.compute == held.fmt.name) and not kernel.converts):
             return held
         fmt = FORMATS[kernel.compute or held.fmt.name]
         stored = None if kernel.keeps_constants else held.stored or (held.fmt if fmt is not held.fmt else None)
@@ -393,7 +401,7 @@ class DtypeResolver:
             live = [v for v in reads if not is_constant(v)]
             # A mask bias built from constants (Where(mask, 0, -inf), a ConstantOfShape fill) is no activation.
             op = node.op_type
-            if op in _FILLS or reads and op not in _LOOKUPS and fills.issuperset(map(id, live)):
+            if op in _FILLS or (reads and op not in _LOOKUPS and fills.issuperset(map(id, live))):
                 fills.update(id(out) for out in node.outputs)
             if op == "Cast":
                 origin = self._cast_origin(node)
@@ -439,12 +447,12 @@ class DtypeResolver:
                     break
                 if carried is None:
                     carried = origin
-        if carried is None or carried.kind == "island" and carried.to == self.target.name:
+        if carried is None or (carried.kind == "island" and carried.to == self.target.name):
             return carried  # (in an audit at float32 an island has no narrower dtype to end in)
         island = carried.kind == "island"
         fills = self._fills
         for value, origin in zip(reads, origins):
-            if origin is not None and (origin.kind == "island") == island or id(value) in fills \
+            if (origin is not None and (origin.kind == "island") == island) or id(value) in fills \
                     or value.dtype != carried.to:
                 continue
             dtype = self._stored(value)

@@ -9,7 +9,7 @@ import numpy as np
 from ..dtypes import format_of_onnx_type
 from ..ir import UNKNOWN, Node, Value
 
-__all__ = ["ScalarConst", "resolve_scalar", "resolve_fill", "is_constant", "skip_casts", "producer_through_casts"]
+__all__ = ["ScalarConst", "is_constant", "producer_through_casts", "resolve_fill", "resolve_scalar", "skip_casts"]
 
 # Ops that pass a scalar through unchanged in value (a Cast changes only its dtype; rounding comes later).
 _PASS_THROUGH = {"Cast", "CastLike", "Identity", "Expand", "Reshape", "Unsqueeze", "Squeeze", "Flatten"}
@@ -48,11 +48,11 @@ def _resolve_scalar(value: Value | None) -> ScalarConst | None:
     if value.const_size is not None and value.const_size > _MAX_ELEMENTS:
         return None
     data = value.const()
-    if data is None or data.size == 0 or data.dtype.kind not in "fiu" and data.dtype.kind != "V":
+    if data is None or data.size == 0 or (data.dtype.kind not in "fiu" and data.dtype.kind != "V"):
         return None
     flat = np.asarray(data, dtype=np.float64).ravel()
     first = flat[0]
-    if first != first if flat.size == 1 else not np.all(flat == first):
+    if np.isnan(first) if flat.size == 1 else not np.all(flat == first):
         return None  # a vector of different values is not one eps (nor is NaN, which equals nothing)
     return ScalarConst(float(flat[0]), _source(value, hops))
 
@@ -111,7 +111,7 @@ def _resolve_fill(value: Value | None) -> ScalarConst | None:
         return None
     flat = data.reshape(-1)
     fills = flat[flat != 0]
-    if fills.size == 0 or fills.size == flat.size or not np.all(fills == fills[0]):
+    if fills.size in (0, flat.size) or not np.all(fills == fills[0]):
         return None  # all zeros, no zero at all (a weight), or more than one other number (NaN equals nothing)
     return ScalarConst(float(fills[0]), f"{_source(value, hops)}, a mask of {flat.size} values, 0 or the fill")
 

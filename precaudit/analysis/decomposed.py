@@ -12,9 +12,8 @@ max(0, E[x²] − E[x]²), Reshape/Expand between steps) are the same chain as t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import math
+from dataclasses import dataclass, field
 
 from ..dtypes import round_to_format
 from ..ir import Graph, Node, Value
@@ -25,7 +24,7 @@ from .sites.base import Site
 from .sites.facts import dtype_facts, eps_facts
 from .sites.walks import scalar_of
 
-__all__ = ["narrower", "ChainScan", "find_decomposed_norms"]
+__all__ = ["ChainScan", "find_decomposed_norms", "narrower"]
 
 _OPTIMIZED_AWAY = ("; torch.onnx's dynamo exporter deletes Add(x, c) when |c| <= 1e-8, so a tiny eps written in the "
                    "source may have been optimized away")
@@ -58,7 +57,7 @@ def find_decomposed_norms(graph: Graph, resolver: DtypeResolver) -> ChainScan:
 def _is_root(node: Node) -> bool:
     if node.op_type == "ReduceL2":
         return True
-    if node.op_type == "Sqrt" or node.op_type == "Pow" and scalar_of(node.input(1)) in (0.5, -0.5):
+    if node.op_type == "Sqrt" or (node.op_type == "Pow" and scalar_of(node.input(1)) in (0.5, -0.5)):
         return _statistic(_strip_eps(node.input(0))[0]) is not None
     return False
 
@@ -171,7 +170,7 @@ def _cap(root: Node, divisions: list[Node], rsqrt: bool) -> tuple[Node, ScalarCo
     capping node, the eps it stands for (1/c) and c."""
     reciprocals = [root.outputs[0]] if rsqrt else []
     for node in divisions:
-        if node.op_type == "Reciprocal" or node.op_type == "Div" and _is_one(node.input(0)):
+        if node.op_type == "Reciprocal" or (node.op_type == "Div" and _is_one(node.input(0))):
             reciprocals.append(node.outputs[0])
     for value in reciprocals:
         for user in _consumers(value):

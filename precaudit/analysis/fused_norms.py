@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["NormSpec", "FUSED_NORMS"]
+__all__ = ["FUSED_NORMS", "NormSpec"]
 
 
 @dataclass(frozen=True)

@@ -8,15 +8,17 @@ its size: float16's spacing is 1.0 at 1024, so the sine of a float16 angle past 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..dtypes import COMPUTED
 from ..ir import Node, Value
-from .canonical import producer, through_shape
+from .bounds import Bounded, bounds_of
+from .canonical import producer
 from .constants import resolve_scalar
 from .sites.reduction import reduction_length
 
-__all__ = ["IntegerSource", "integer_source", "angle_source", "Angle"]
+__all__ = ["Angle", "IntegerSource", "angle_source", "compared_by", "integer_source"]
 
 _FLOATS = COMPUTED
 _INTS = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64")
@@ -30,6 +32,7 @@ class IntegerSource:
     kind: str  # "Range", "CumSum", "Cast of an integer input" ...
     bound: float | None
     sized_by: tuple[str, ...] = ()  # the --dim sizes the bound rests on ("seq=4096"), where it does
+    open: str = ""  # what leaves them unbounded, where they are: "the symbolic dim 'seq'", "the input 't'"
 
 
 _WALK = ("Cast", "Identity", "Expand", "Reshape", "Unsqueeze", "Squeeze", "Transpose", "Flatten")
@@ -55,21 +58,32 @@ def integer_source(value: Value | None, dims: dict[str, int] | None = None) -> I
     node = value.producer
     if node is None:
         if cast is not None and not value.is_const and value.dtype in _INTS:
-            return IntegerSource(cast, f"Cast of the integer input '{value.name}'", None)
+            return IntegerSource(cast, f"Cast of the integer input '{value.name}'", None, open=f"the input '{value.name}'")
         return None
     is_float = value.dtype in _FLOATS
     if cast is None and not is_float:
         return None
     if node.op_type == "Range":
-        used: list[str] = []
-        start, limit = _scalar_bound(node.input(0), dims or {}, used), _scalar_bound(node.input(1), dims or {}, used)
-        bound = max(start, limit) if start is not None and limit is not None else None
-        return IntegerSource(cast or node, "Range" if cast is None else "Cast of an integer Range", bound,
-                             tuple(dict.fromkeys(used)) if bound is not None else ())
+        bound, used, open_ = _range_bound(node, dims or {})
+        return IntegerSource(cast or node, "Range" if cast is None else "Cast of an integer Range", bound, used, open_)
     if node.op_type == "CumSum" and (resolve_scalar(node.input(0)) is not None or _all_ones(node.input(0))):
+        length = _length(node)
         return IntegerSource(cast or node, "CumSum of ones" if cast is None else "Cast of a CumSum of ones",
-                             _length(node))
+                             length, open="" if length else "a length the shapes do not fix")
     return None
+
+
+def _range_bound(node: Node, dims: dict[str, int]) -> tuple[float | None, tuple[str, ...], str]:
+    """The largest |value| a Range makes (every value lies between its start and its limit), the --dim sizes that
+    rests on, and what leaves it unbounded: a start or limit computed from activations leaves it so too."""
+    ends = [bounds_of(node.input(i), dims) for i in (0, 1)]
+    if any(end is None for end in ends):
+        return None, (), "a start or limit computed at run time"
+    start, limit = (end for end in ends if end is not None)
+    bound = max(start.interval.magnitude, limit.interval.magnitude)
+    if math.isinf(bound):
+        return None, (), start.open or limit.open
+    return bound, tuple(dict.fromkeys(start.sized_by + limit.sized_by)), ""
 
 
 def _all_ones(value: Value | None) -> bool:
@@ -92,127 +106,89 @@ def _length(cumsum: Node) -> float | None:
     return float(length) if length else None
 
 
-_SCALAR_MOVES = ("Cast", "Identity", "Squeeze", "Unsqueeze", "Reshape", "Flatten")
-
-
-def _scalar_bound(value: Value | None, dims: dict[str, int], used: list[str]) -> float | None:
-    """The largest |x| a Range's start or limit can be: a constant; a dim read from a shape (Shape -> Gather of a
-    fixed dim, or of a symbolic one the user sized with --dim); a sum or product of such (a cache's length plus
-    the sequence's). None: the graph does not fix it. Iterative over a bounded expression (a Range's limit is a
-    few nodes deep; deeper is not bounded here). used collects the --dim sizes the bound rests on."""
-    total, todo = 0.0, [(value, 1.0)]  # terms of a sum, each with the product of factors above it
-    for _ in range(16):
-        if not todo:
-            return total
-        value, scale = todo.pop()
-        constant = resolve_scalar(value)
-        if constant is not None:
-            total += scale * abs(float(constant.value))
-            continue
-        node = producer(value)
-        while node is not None and node.op_type in _SCALAR_MOVES:
-            value = node.input(0)
-            node = producer(value)
-        if node is None:
-            return None
-        if node.op_type == "Add" and len(node.inputs) == 2:
-            todo += [(node.input(0), scale), (node.input(1), scale)]
-        elif node.op_type == "Mul" and len(node.inputs) == 2:
-            factor = resolve_scalar(node.input(1))
-            other = node.input(0)
-            if factor is None:
-                factor, other = resolve_scalar(node.input(0)), node.input(1)
-            if factor is None:
-                return None
-            todo.append((other, scale * abs(float(factor.value))))
-        elif node.op_type in ("Gather", "Shape"):
-            dim = _shape_dim(node, dims, used)
-            if dim is None:
-                return None
-            total += scale * dim
-        else:
-            return None
-    return None
-
-
-def _shape_dim(node: Node, dims: dict[str, int], used: list[str]) -> float | None:
-    """One dim of a shape: Shape -> Gather(index), or a Shape(start, end) of one dim (the dynamo exporter's
-    sym_size): its size where fixed, or the user's --dim size for a symbolic one."""
-    shape_node, index = node, 0
-    if node.op_type != "Shape":
-        made_by, scalar = producer(node.input(0)), resolve_scalar(node.input(1))
-        if made_by is None or made_by.op_type != "Shape" or scalar is None:
-            return None
-        shape_node, index = made_by, int(scalar.value)
-    shaped = shape_node.input(0)
-    shape = shaped.shape if shaped is not None else None
-    if shape is None:
-        return None
-    end = shape_node.attrs.get("end")
-    sliced = list(range(len(shape)))[int(shape_node.attrs.get("start", 0)):None if end is None else int(end)]
-    if node.op_type == "Shape" and len(sliced) != 1:
-        return None  # a whole shape, not one dim
-    if not -len(sliced) <= index < len(sliced):
-        return None
-    dim = shape[sliced[index]]
-    if isinstance(dim, int) and dim > 0:
-        return float(dim)
-    if isinstance(dim, str) and dim in dims:
-        used.append(f"{dim}={dims[dim]}")
-        return float(dims[dim])
-    return None
-
-
 @dataclass(frozen=True)
 class Angle:
-    """An angle made from integers: position x frequency. bound: the largest |angle| the graph fixes, or None."""
+    """An angle made from integers: positions times frequencies, or any arithmetic on them by constants (a shifted,
+    scaled coordinate grid). bound: the largest |angle| the graph fixes, or None."""
 
     positions: IntegerSource
-    frequency: float | None  # the largest |frequency| the positions are multiplied by (a constant)
+    frequency: float | None  # the largest |frequency| a plain product multiplies the positions by; None otherwise
     bound: float | None
+    made: str  # how: "Range times frequencies up to 1", "Range through Div, Mul, Sub, Mul"
+    chain: tuple[Node, ...]  # the float nodes from the positions to the angle (a keep-list keeps them all)
 
 
 # what RoPE puts between position x frequency and its Cos: the transposed product, concatenated with itself
 _MOVES = ("Transpose", "Concat", "Slice", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Cast", "Identity", "Tile")
+_PRODUCTS = ("Mul", "MatMul", "Div")
 
 
 def angle_source(value: Value | None, dims: dict[str, int] | None = None) -> Angle | None:
-    """The angle a Sin or Cos reads, when it is integers times constant frequencies (Mul or MatMul), else None.
-    dims: the user's --dim sizes (integer_source)."""
+    """The angle a Sin or Cos reads, when it is made from integers (a Range, a CumSum of ones, a Cast of integers)
+    and constants, with its bounds (bounds.py); None where it reads an activation. dims: the user's --dim sizes."""
+    made = bounds_of(value, dims)
+    found = made.positions if made is not None else None
+    if made is None or found is None or found.node is None:
+        return None  # an activation, constants alone, or integers not yet made floats
+    size = found.interval.magnitude
+    positions = IntegerSource(found.node, found.kind, None if math.isinf(size) else size, made.sized_by, made.open)
+    frequency = _frequency(value, made, dims) if made.steps else 1.0
+    if not made.steps:
+        text = found.kind
+    elif frequency is not None:
+        text = f"{found.kind} times frequencies up to {frequency:.3g}"
+    else:
+        text = f"{found.kind} through {', '.join(made.steps)}"
+    bound = made.interval.magnitude
+    return Angle(positions, frequency, None if math.isinf(bound) else bound, text, made.chain)
+
+
+def _frequency(value: Value | None, made: Bounded, dims: dict[str, int] | None) -> float | None:
+    """The largest |frequency| of a plain product of positions and frequencies (Mul or MatMul, or a Div of the
+    positions by a constant), with only moves after it; None for any other arithmetic."""
+    if len(made.steps) != 1 or made.steps[0] not in _PRODUCTS:
+        return None
     node = producer(value)
     for _ in range(8):
         if node is None or node.op_type not in _MOVES:
             break
-        value = node.input(0)
-        node = producer(value)
-    if node is None:
+        node = producer(node.input(0))
+    if node is None or node.op_type != made.steps[0] or len(node.inputs) != 2:
         return None
-    if node.op_type in ("Mul", "MatMul", "Div") and len(node.inputs) == 2:
-        for i in (0, 1):
-            positions = integer_source(node.input(i), dims)
-            if positions is None:
-                continue
-            if node.op_type == "Div" and i != 0:
-                continue  # frequency / position is no angle that grows with the position
-            frequency = _largest(node.input(1 - i))
-            if frequency is None:
-                return None  # times another activation: no angle made from positions
-            if node.op_type == "Div":
-                frequency = 1 / frequency if frequency else None
-            bound = positions.bound * frequency if positions.bound is not None and frequency is not None else None
-            return Angle(positions, frequency, bound)
-    positions = integer_source(value, dims)
-    return Angle(positions, 1.0, positions.bound) if positions is not None else None
+    sides = [bounds_of(v, dims) for v in node.inputs]
+    source = made.positions.node if made.positions is not None else None
+    for i, side in enumerate(sides):
+        other = sides[1 - i]
+        if side is None or other is None or side.positions is None or side.positions.node is not source or side.steps:
+            continue
+        if node.op_type == "Div":
+            if i != 0 or other.interval.lo <= 0 <= other.interval.hi:
+                return None  # frequency / position is no angle that grows with the position
+            size = 1 / min(abs(other.interval.lo), abs(other.interval.hi))
+        else:
+            size = other.interval.magnitude
+        return None if math.isinf(size) else size
+    return None
 
 
-def _largest(value: Value | None) -> float | None:
-    """The largest |x| of a small constant tensor (a frequency table), through shape ops; None otherwise."""
-    value = through_shape(value)
-    if value is None or not value.is_const or (value.const_size or 0) > 1 << 16:
-        return None
-    data = value.const()
-    if data is None or data.size == 0 or data.dtype.kind != "f":
-        return None
-    import numpy as np
+# ops a mask's positions pass through on their way to the comparison that builds it
+_TO_COMPARISON = frozenset({"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Transpose", "Flatten",
+                            "Slice", "Concat", "Tile", "Add", "Sub", "Mul", "Div", "Neg"})
+_COMPARISONS = frozenset({"Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Equal"})
 
-    return float(np.max(np.abs(data)))
+
+def compared_by(node: Node, depth: int = 8) -> Node | None:
+    """The first comparison (Greater, Less, Equal ...) that reads the node's output within depth hops through moves,
+    casts and arithmetic, breadth first: positions compared to build a mask (a causal mask's i > j)."""
+    frontier, seen = [node], {id(node)}
+    for _ in range(depth):
+        step = []
+        for current in frontier:
+            for user in (u for out in current.outputs for u in out.consumers):
+                if user.op_type in _COMPARISONS:
+                    return user
+                if user.op_type in _TO_COMPARISON and id(user) not in seen:
+                    seen.add(id(user))
+                    step.append(user)
+        frontier = step
+    return None

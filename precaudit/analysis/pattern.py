@@ -26,7 +26,7 @@ and paddle2onnx write them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from ..ir import Node, Value
 from .canonical import views
@@ -44,7 +44,7 @@ class PatternError(ValueError):
 @dataclass(frozen=True)
 class OpP:
     ops: tuple[str, ...]
-    inputs: tuple["Pattern", ...] = ()
+    inputs: tuple[Pattern, ...] = ()
     bind: str | None = None
 
 
@@ -56,12 +56,12 @@ class ConstP:
 
 @dataclass(frozen=True)
 class NotP:
-    inner: "Pattern"
+    inner: Pattern
 
 
 @dataclass(frozen=True)
 class AnyOfP:
-    options: tuple["Pattern", ...]
+    options: tuple[Pattern, ...]
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class AnyP:
     pass
 
 
-Pattern = Union[OpP, ConstP, NotP, AnyOfP, AnyP]
+Pattern = OpP | ConstP | NotP | AnyOfP | AnyP
 
 
 def compile_pattern(data: Any, where: str = "pattern") -> Pattern:

@@ -14,12 +14,30 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import COMPUTED, ELEMENTS, FORMATS, BlockScales, Format, block_scales, blocks_along, global_scale_of, \
-    round_elements
+from ..dtypes import (
+    COMPUTED,
+    ELEMENTS,
+    FORMATS,
+    BlockScales,
+    Format,
+    block_scales,
+    blocks_along,
+    global_scale_of,
+    round_elements,
+)
 from ..ir import Graph, Node
 
-__all__ = ["Quantization", "quantization", "QDQ_OPS", "INTEGER_OPS", "TRT_QDQ_OPS", "BlockCounts", "GEMMS", "gemm_axes",
-           "block_attr"]
+__all__ = [
+    "GEMMS",
+    "INTEGER_OPS",
+    "QDQ_OPS",
+    "TRT_QDQ_OPS",
+    "BlockCounts",
+    "Quantization",
+    "block_attr",
+    "gemm_axes",
+    "quantization",
+]
 
 # ModelOpt's TensorRT ops (domain trt; modelopt/torch/quantization/export_onnx.py and onnx/quantization/qdq_utils.py)
 TRT_QDQ_OPS = ("TRT_FP8QuantizeLinear", "TRT_FP8DequantizeLinear", "TRT_FP4DynamicQuantize", "TRT_FP4QDQ",

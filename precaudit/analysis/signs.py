@@ -175,6 +175,11 @@ class SignAnalysis:
             return "mask"  # 1 - mask: the inverted mask
         if op in _SIGNED:
             return "signed"
+        return self._of_arithmetic(node, inputs, ins)
+
+    def _of_arithmetic(self, node: Node, inputs: list[Value], ins: list[str]) -> str:
+        """_of_node for the ops whose class follows from their inputs' classes (and constants)."""
+        op = node.op_type
         if op == "Sqrt":  # the root of a positive value is positive (a Gaussian's std from exp(logvar))
             return "positive" if ins and ins[0] == "positive" else "nonneg"
         if op == "Pow":
@@ -240,7 +245,7 @@ class SignAnalysis:
 
 def _mask_input(value: Value) -> bool:
     """A bool graph input, or a numeric one named like a mask."""
-    return value.dtype == "bool" or value.dtype is not None and is_mask_name(value.name)
+    return value.dtype == "bool" or (value.dtype is not None and is_mask_name(value.name))
 
 
 def _const_value(value: Value) -> float | None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..dtypes import Format
-from ..ir import Graph
+from ..dtypes import Format, format_of_onnx_type
+from ..ir import Graph, Value
 
 __all__ = ["stored_in_target"]
 
@@ -18,7 +18,8 @@ def stored_in_target(graph: Graph, target: Format) -> bool:
     activation and a constant stored in it, or most of its weights.
 
     (Token-id models have no float input, so the weights decide; an fp32 model with one fp16 output does not
-    count as converted, nor does one that casts an activation to fp16 and back. A converter's model with its inputs
+    count as converted, nor does one that casts an activation to fp16 and back, nor one that stores its weights
+    in fp16 and casts each to float32 before use (compressed, not converted: it computes in float32). A converter's model with its inputs
     kept float32, keep_io_types=True, and most weights read by kept nodes, has neither: the nodes it converted
     compute on activations and constants it stored in the target format.)
     """
@@ -36,5 +37,17 @@ def stored_in_target(graph: Graph, target: Format) -> bool:
         for v in node.inputs:
             if v is not None and v.const_loader is not None and v.producer is None and id(v) not in seen:
                 seen.add(id(v))
-                sizes[v.dtype or ""] = sizes.get(v.dtype or "", 0) + (v.const_size or 1)
+                dtype = _decompressed(v) or v.dtype or ""
+                sizes[dtype] = sizes.get(dtype, 0) + (v.const_size or 1)
     return sizes.get(target.name, 0) > sizes.get("fp32", 0)
+
+
+def _decompressed(weight: Value) -> str | None:
+    """The float a weight is cast to before any use, where every reader is a Cast to one (OpenVINO's
+    compress_to_fp16 stores float32 weights so, each float16 constant read by a Convert to float32): the model
+    computes in that float, and the weight counts as one of its. None otherwise."""
+    to = {format_of_onnx_type(reader.attr("to", 0)) if reader.op_type == "Cast" else None for reader in weight.consumers}
+    if len(to) != 1:
+        return None
+    (fmt,) = to
+    return fmt.name if fmt is not None and fmt.name != weight.dtype else None

@@ -14,4 +14,4 @@ from __future__ import annotations
 from .report import ScanReport
 from .scanner import scan
 
-__all__ = ["scan", "ScanReport"]
+__all__ = ["ScanReport", "scan"]

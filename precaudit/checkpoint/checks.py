@@ -9,7 +9,8 @@ inverts it).
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .config import QuantConfig
 from .findings import ScaleFinding, ScaleTensor
@@ -17,7 +18,7 @@ from .header import TensorInfo
 from .layouts import Unit, sibling_pattern
 from .values import unravel
 
-__all__ = ["value_findings", "unit_findings", "sibling_findings", "config_findings"]
+__all__ = ["config_findings", "sibling_findings", "unit_findings", "value_findings"]
 
 FP4_FP8 = 6 * 448  # the largest E2M1 value times the largest E4M3 value: NVFP4's global scale divides amax by it
 _WHOLE = ("global", "input", "kv")  # one number for a whole tensor (or one per expert)
@@ -139,8 +140,7 @@ def _shape(unit: Unit, weight: TensorInfo, in_features: int | None) -> Iterator[
     expected, why = _expected_shape(unit, weight, scale.tensor, in_features)
     if expected is None or got == expected or _squeezed(got) == _squeezed(expected):
         return
-    if unit.pack > 1 and unit.block and weight.shape and got == weight.shape[:-1] + (
-            math.ceil(weight.shape[-1] / unit.block),):
+    if unit.pack > 1 and unit.block and weight.shape and got == (*weight.shape[:-1], math.ceil(weight.shape[-1] / unit.block)):
         why += (f"; {got[-1]} columns is what the packed width {weight.shape[-1]} gives: the scale was computed "
                 "from the packed data")
     yield _finding("SC301", "error", scale.tensor, f"shape {list(got)} for weight {weight.name!r} "
@@ -159,7 +159,7 @@ def _expected_shape(unit: Unit, weight: TensorInfo, scale: TensorInfo, in_featur
     if unit.family in ("nvfp4", "mxfp4", "mxfp8") and unit.block and weight.shape:
         columns = in_features or weight.shape[-1] * unit.pack
         packed = f" (FP4, two a byte: {weight.shape[-1]} x 2)" if unit.pack == 2 else ""
-        return (weight.shape[:-1] + (math.ceil(columns / unit.block),),
+        return ((*weight.shape[:-1], math.ceil(columns / unit.block)),
                 f"in_features = {columns}{packed}, so a block of {unit.block} needs ceil({columns}/{unit.block}) = "
                 f"{math.ceil(columns / unit.block)} scale columns")
     if unit.family in ("int4", "int8") and unit.block and len(weight.shape) == 2:
@@ -177,9 +177,9 @@ def _fp8_shape(unit: Unit, weight: TensorInfo, scale: TensorInfo) -> tuple[tuple
     block = unit.options.get("fp8_block") or unit.options.get("block_size")
     if isinstance(block, (list, tuple)) and len(block) >= 2:
         b0, b1 = block[-2:]
-        return (lead + (math.ceil(rows / b0), math.ceil(columns / b1)),
+        return ((*lead, math.ceil(rows / b0), math.ceil(columns / b1)),
                 f"blocks of {b0}x{b1} need ceil({rows}/{b0}) x ceil({columns}/{b1}) scales")
-    allowed = [lead + (1,), lead + (rows,), lead + (rows, 1), lead + (math.ceil(rows / 128), math.ceil(columns / 128))]
+    allowed = [(*lead, 1), (*lead, rows), (*lead, rows, 1), (*lead, math.ceil(rows / 128), math.ceil(columns / 128))]
     if scale.shape in allowed or scale.numel == 1:
         return None, ""
     return (allowed[2], f"it matches no FP8 granularity: per tensor [1], per channel [{rows}, 1], or 128x128 blocks "

@@ -16,7 +16,7 @@ from typing import NoReturn
 from ..errors import InputError
 from ..escape import log_line
 
-__all__ = ["scales_main", "run_scales"]
+__all__ = ["run_scales", "scales_main"]
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 FORMATS = ("text", "json", "sarif")

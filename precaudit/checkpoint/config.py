@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Scheme", "QuantConfig", "read_config", "family_of_algo", "positive_ints"]
+__all__ = ["QuantConfig", "Scheme", "family_of_algo", "positive_ints", "read_config"]
 
 _CLASS = re.compile(r"[A-Z][A-Za-z0-9_]*\Z")
 _MAX_PATTERN = 1000

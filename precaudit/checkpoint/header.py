@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import InputError
 from ..files import open_regular
 
-__all__ = ["BITS", "MAX_HEADER", "TensorInfo", "Shard", "read_header", "load_json"]
+__all__ = ["BITS", "MAX_HEADER", "Shard", "TensorInfo", "load_json", "read_header"]
 
 MAX_HEADER = 100_000_000  # safetensors' own limit on the header (its Rust reader refuses a longer one)
 

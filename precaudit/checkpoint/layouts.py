@@ -36,7 +36,7 @@ from typing import Any
 from .config import QuantConfig, positive_ints
 from .header import TensorInfo
 
-__all__ = ["Part", "Unit", "find_units", "SCALE_ROLES"]
+__all__ = ["SCALE_ROLES", "Part", "Unit", "find_units"]
 
 FP8 = ("F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ")
 CODES = ("U8", "F8_E8M0")  # E8M0 scales: a byte each, stored as U8 or F8_E8M0
@@ -144,7 +144,7 @@ def _standard_unit(module: str, leaves: dict[str, TensorInfo], config: QuantConf
     weight = packed or leaves.get("weight")
     scale = leaves.get("weight_scale")
     family = _config_family(config, module)
-    if weight is None or (weight.dtype not in ("U8", "I8", "I32") + FP8):
+    if weight is None or (weight.dtype not in ("U8", "I8", "I32", *FP8)):
         return _scales_only(module, leaves)
     if family == "int4" and packed is None and weight.dtype in ("U8", "I8"):  # ModelOpt's INT4 AWQ: two a byte
         unit = Unit(module + ".weight", module, "int4", "int4",
@@ -152,7 +152,7 @@ def _standard_unit(module: str, leaves: dict[str, TensorInfo], config: QuantConf
                     block=_config_size(config, module), pack=2, evidence="weight packed int4 + weight_scale (config)")
         return _require(unit, leaves, "weight", "weight_scale")
     if packed is None and weight.dtype == "U8" and ("weight_scale_2" in leaves or
-                                                    (scale is not None and scale.dtype in FP8 + ("U8",))):
+                                                    (scale is not None and scale.dtype in (*FP8, "U8"))):
         return _modelopt_nvfp4(module, leaves, config)
     if packed is not None:
         return _compressed_tensors(module, leaves, packed, family, config)
@@ -271,7 +271,7 @@ def _torchao_unit(name: str, module: str, meta: dict, found: dict[str, TensorInf
     block_list = positive_ints(block)
     block = block if type(block) is int and block > 0 else None
     unit = Unit(name, module, f"torchao-{kind}", family,
-                {d: Part(t, roles[d], decode if roles[d] == "block" and decode and t.dtype in ("U8",) + CODES
+                {d: Part(t, roles[d], decode if roles[d] == "block" and decode and t.dtype in ("U8", *CODES)
                          else t.dtype) for d, t in found.items()},
                 block=block, pack=pack, convention=convention, evidence=f"__metadata__ {kind} ({', '.join(data)})",
                 options={"swizzled": swizzled, "block_size": block_list})

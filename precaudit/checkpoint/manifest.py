@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, TextIO
+from typing import Any, TextIO
 
 from ..errors import InputError
 from ..files import MiB, check_output, note_read, open_regular, read_text
 
-__all__ = ["ManifestRun", "run_manifest", "read_manifest"]
+__all__ = ["ManifestRun", "read_manifest", "run_manifest"]
 
 MANIFEST_LIMIT = 64 * MiB
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import gc
 import json
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from ..escape import printable
 from ..version import __version__
 from .findings import RULES, ScaleFinding, ScaleTensor
 
-__all__ = ["ScanReport", "SCHEMA_VERSION", "collector_paused"]
+__all__ = ["SCHEMA_VERSION", "ScanReport", "collector_paused"]
 
 SCHEMA_VERSION = "1.0"
 TEXT_FINDINGS_PER_RULE = 20  # the text report's lines per check; JSON and SARIF carry every finding

@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import IO, Callable, cast
+from functools import cache
+from typing import IO, cast
 
 import numpy as np
 
 from ..errors import InputError
 from .header import TensorInfo
 
-__all__ = ["Counts", "count_all", "count_values", "read_small", "unravel", "COUNTED"]
+__all__ = ["COUNTED", "Counts", "count_all", "count_values", "read_small", "unravel"]
 
 CHUNK = 1 << 20  # bytes per histogram pass: larger chunks run slower (numpy's bincount widens to intp)
 SMALL = 64 << 10  # a tensor up to this size is counted with others of its decode, in one numpy pass
@@ -63,7 +64,7 @@ def _pick(f: Callable[[float, float], float], a: float | None, b: float | None) 
     return b if a is None else a if b is None else f(a, b)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _code_table(decode: str) -> np.ndarray:
     """Every code of an 8- or 16-bit format decoded to float64 (E8M0 by its definition, 2^(code-127))."""
     import ml_dtypes
@@ -82,7 +83,7 @@ def _code_table(decode: str) -> np.ndarray:
         return raw.view(numpy_type).astype(np.float64)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _smallest_normal(decode: str) -> float:
     import ml_dtypes
 
@@ -102,7 +103,7 @@ def _kind_masks(values: np.ndarray, decode: str) -> dict[str, np.ndarray]:
             "negative": finite & (values < 0), "finite": finite}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _table_masks(decode: str) -> dict[str, np.ndarray]:
     return _kind_masks(_code_table(decode), decode)
 
@@ -126,7 +127,7 @@ def _summary(values: np.ndarray, masks: dict[str, np.ndarray], weights: np.ndarr
 _BITS = {"F16": "<u2", "BF16": "<u2", "F32": "<u4", "F64": "<u8"}  # the rest: one byte
 
 
-@lru_cache(maxsize=None)
+@cache
 def _clean_codes(decode: str) -> tuple[int, int] | None:
     """The codes of the positive normal finite values, lowest and highest, where they are one run in which the value
     grows with the code (every IEEE-like format, E8M0 from code 1): a chunk whose codes all lie in it has no NaN,

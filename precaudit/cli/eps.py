@@ -10,8 +10,14 @@ __all__ = ["eps"]
 
 def eps(given: Given) -> int:
     from ..context import Audit
-    from ..eps_inventory import (diff_inventories, eps_inventory, render_diff_json, render_diff_text,
-                                 render_inventory_json, render_inventory_text)
+    from ..eps_inventory import (
+        diff_inventories,
+        eps_inventory,
+        render_diff_json,
+        render_diff_text,
+        render_inventory_json,
+        render_inventory_text,
+    )
 
     models = given.models
     if len(models) != (2 if given.diff else 1):

@@ -119,6 +119,9 @@ NoFactories = Annotated[bool, typer.Option(
     help="Import no Python code: every MODEL is a file, and model.py:factory is then no such file; --trust-pickle "
          "is refused. For models from a pull request (the GitHub Action passes it).")]
 Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")]
+Isolated = Annotated[bool, typer.Option(
+    "--isolated", help="Read no [tool.precaudit] table: every setting from the command line (precaudit test runs "
+                       "each example so).")]
 Trace = Annotated[bool, typer.Option("--trace", help="Run the model and emulate the target dtype.")]
 # the report options check and train share
 ReportFormat = Annotated[str | None, typer.Option(

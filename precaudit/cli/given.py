@@ -10,7 +10,7 @@ if TYPE_CHECKING:  # the heavy modules load only when a command needs them
     from ..config import Settings
     from ..options import TorchOptions, TraceOptions
 
-__all__ = ["Given", "UsageError", "bad_value", "split", "EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_ERROR"]
+__all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_FINDINGS", "Given", "UsageError", "bad_value", "split"]
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -46,12 +46,13 @@ class Given:
             raise AttributeError(name) from None
 
     def settings(self) -> Settings:
-        """Defaults < [tool.precaudit] < the flags given: a flag not typed (None, or an empty list) is not given."""
+        """Defaults < [tool.precaudit] < the flags given: a flag not typed (None, or an empty list) is not given;
+        with --isolated, defaults < the flags (no configuration file is looked for)."""
         from ..config import load_settings
 
         flags = {key: split(self.values[name]) if name in _LISTS else self.values[name]
                  for name, key in _SETTINGS.items() if self.values.get(name) not in (None, [])}
-        return load_settings(flags)
+        return load_settings(flags, config=None) if self.values.get("isolated") else load_settings(flags)
 
     def torch_options(self) -> TorchOptions:
         """How a PyTorch model becomes a graph: --input-shape, --input-dtype, --trust-pickle, --no-factories."""

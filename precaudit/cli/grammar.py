@@ -8,7 +8,8 @@ Completion (the --show-completion and --install-completion options, and TAB thro
 mode: run() returns the exit code, and a usage error comes back as a UsageError that main() says in one line.
 
 Adding a command: its module beside this one with a function of a Given returning the exit code, and one function
-here that declares its options under @app.command (see `rules` for a small one).
+here that declares its options under @app.command (see `rules` for a small one). `test` runs other command lines:
+its module gets run() and parse() from here, as arguments, and so imports no grammar.
 """
 
 import os
@@ -21,16 +22,48 @@ import typer
 from typer.core import TyperGroup
 
 from ..options import AUTOCAST
-from .flags import (Baseline, Converter, Debug, Dim, Dtype, Engine, ExtendIgnore, ExtendSelect,
-                    FailOn, Ignore, InputDtype, InputShape, Inputs, KeepFp32, ListFormat, NoColor, NoFactories, Range,
-                    ReportFile, ReportFormat, Rules, RuntimeOpt, Samples, Seed, Select, Timeout, Trace, TrustPickle,
-                    Version, _among, _checked, _for_targets)
+from .flags import (
+    Baseline,
+    Converter,
+    Debug,
+    Dim,
+    Dtype,
+    Engine,
+    ExtendIgnore,
+    ExtendSelect,
+    FailOn,
+    Ignore,
+    InputDtype,
+    Inputs,
+    InputShape,
+    Isolated,
+    KeepFp32,
+    ListFormat,
+    Many,
+    NoColor,
+    NoFactories,
+    Range,
+    ReportFile,
+    ReportFormat,
+    Rules,
+    RuntimeOpt,
+    Samples,
+    Seed,
+    Select,
+    Timeout,
+    Trace,
+    TrustPickle,
+    Version,
+    _among,
+    _checked,
+    _for_targets,
+)
 from .given import EXIT_ERROR, Given, UsageError
 
 if TYPE_CHECKING:  # the base class's own types (typer.Context is a subclass of click's)
     from typer._click import Context, HelpFormatter
 
-__all__ = ["app", "run", "DefaultCommandGroup"]
+__all__ = ["DefaultCommandGroup", "app", "run"]
 
 PROG = "precaudit"
 DESCRIPTION = "Precision audit for ML models: where will this graph lose its numbers in fp16, bf16 or fp8?"
@@ -138,6 +171,7 @@ def check(
         "--write-baseline", metavar="FILE", help="Accept today's findings: write them to FILE and exit 0.")] = None,
     show_settings: Annotated[bool, typer.Option(
         "--show-settings", help="Print the resolved configuration and exit.")] = False,
+    isolated: Isolated = False,
     trace: Trace = False,
     check_weights: Annotated[bool | None, typer.Option(
         "--check-weights/--no-check-weights",
@@ -199,7 +233,9 @@ def keep_list(
     target_for: Annotated[str | None, typer.Option(
         "--for", metavar="CONVERTER", autocompletion=_among(_for_targets),
         help="onnxconverter-common, onnxruntime, olive, modelopt, openvino (ONNX models); pytorch, torch-tensorrt (PyTorch "
-             "models); modelopt-quant (--dtype mxfp8|mxfp4|nvfp4: the nodes left unquantized).")] = None,
+             "models); modelopt-quant (--dtype mxfp8|mxfp4|nvfp4: the nodes left unquantized); a runtime, judged as "
+             "it computes: tensorrt, dml, webgpu (casts in the ONNX graph), qnn (the nodes to run on the CPU EP), "
+             "coreml (a coremltools op_selector, PyTorch models).")] = None,
     dtype: Dtype = None, keep_fp32: KeepFp32 = [], runtime: RuntimeOpt = None, rules: Rules = [],
     select: Select = [], ignore: Ignore = [], extend_select: ExtendSelect = [], extend_ignore: ExtendIgnore = [],
     trace: Annotated[bool, typer.Option("--trace", help="Verify the list by emulating the model (and grow it).")
@@ -292,7 +328,7 @@ def train(
              "their own (default 1800; 0: no limit).")] = 1800.0,
     rules: Rules = [], select: Select = [], ignore: Ignore = [],
     report_format: ReportFormat = None, output: ReportFile = None, fail_on: FailOn = None, baseline: Baseline = None,
-    no_color: NoColor = False, debug: Debug = False,
+    isolated: Isolated = False, no_color: NoColor = False, debug: Debug = False,
 ) -> int:
     given = Given(locals())
     from .train import train as command
@@ -319,6 +355,25 @@ def run(args: list[str]) -> int:
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         raise UsageError(message) from None
     return 0 if code is None else int(code)
+
+
+def parse(command: str, args: list[str]) -> tuple[Given, list[str]]:
+    """One command's options parsed as run() parses them, their checks included, but not run: the Given its module
+    would get, and the options typed, each by its first name ("models" for check's MODEL arguments). `precaudit
+    test` checks a rule example's args with it."""
+    import typer.main
+
+    command_of = typer.main.get_command(app)
+    assert isinstance(command_of, TyperGroup)
+    chosen = command_of.commands[command]
+    try:
+        with chosen.make_context(command, list(args)) as ctx:
+            sources = {param.opts[0]: ctx.get_parameter_source(param.name) for param in chosen.params if param.name}
+            return Given(ctx.params), [name for name, source in sources.items()
+                                       if source is not None and source.name == "COMMANDLINE"]
+    except typer.TyperException as exc:  # a usage error, as run() says it
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        raise UsageError(message) from None
 
 
 def _returning(callback: Callable[..., Any]) -> Callable[..., Any]:
@@ -376,3 +431,25 @@ def scales(checkpoint: Annotated[str | None, typer.Argument(metavar="CHECKPOINT"
     from .scales import scales as command
 
     return command(given)
+
+
+@app.command("test", short_help="Run each rule's own examples: where it must fire, and where it must stay quiet.",
+             help="Run the examples of every rule in RULES_DIR (its YAML tests:, and with --fixtures DIR --allow-code "
+                  "the CASES of DIR/ID_name.py), audited with the built-in rules and RULES_DIR's: each rule must fire "
+                  "exactly where they say. One line per rule; exit 0 when every rule holds, 1 when one fails.")
+def test(rules_dir: Annotated[str, typer.Argument(
+             metavar="RULES_DIR", help="A folder of rule files and their examples (rules: the shipped ones).")],
+         fixtures: Annotated[str | None, typer.Option(
+             "--fixtures", metavar="DIR",
+             help="Also run each rule's Python fixture module, DIR/ID_name.py (its CASES); needs --allow-code.")
+         ] = None,
+         allow_code: Annotated[bool, typer.Option(
+             "--allow-code", help="Let --fixtures import its Python modules, which runs their code.")] = False,
+         select: Annotated[Many, typer.Option(
+             "--select", metavar="RULE,...", help="Only these rules of RULES_DIR: ids, names or id prefixes (PA1).")
+         ] = [],
+         output_format: ListFormat = "text") -> int:
+    given = Given(locals())
+    from .test_cmd import rule_test as command
+
+    return command(given, run, parse)

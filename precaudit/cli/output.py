@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from ..context import Audit
     from ..report.outcome import Outcome
 
-__all__ = ["write", "write_stdout", "write_report", "say", "say_notes", "color_ok", "note_named_inputs"]
+__all__ = ["color_ok", "note_named_inputs", "say", "say_notes", "write", "write_report", "write_stdout"]
 
 
 def write(text: str, output: str | None) -> None:

@@ -12,7 +12,7 @@ from .output import say_notes, write_stdout
 if TYPE_CHECKING:
     from ..rules.loader import Rule
 
-__all__ = ["list_rules", "explain", "match"]
+__all__ = ["explain", "list_rules", "match"]
 
 
 def list_rules(given: Given) -> int:

@@ -16,8 +16,16 @@ from __future__ import annotations
 
 from .base import CONTROL_FLOW_CAVEAT, PLAIN, Clamp, Converter, KeepArgs, py_list
 
-__all__ = ["Clamp", "Converter", "CONVERTER_NAMES", "CONTROL_FLOW_CAVEAT", "converter_named", "PLAIN", "KeepArgs",
-           "py_list"]
+__all__ = [
+    "CONTROL_FLOW_CAVEAT",
+    "CONVERTER_NAMES",
+    "PLAIN",
+    "Clamp",
+    "Converter",
+    "KeepArgs",
+    "converter_named",
+    "py_list",
+]
 
 
 def _registry() -> dict[str, Converter]:

@@ -3,8 +3,9 @@ arguments a keep-list snippet gives it. The converters themselves are the module
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..dtypes import Format
 from ..ir import Graph
@@ -12,7 +13,7 @@ from ..ir import Graph
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Clamp", "Converter", "CONTROL_FLOW_CAVEAT", "PLAIN", "KeepArgs", "py_list"]
+__all__ = ["CONTROL_FLOW_CAVEAT", "PLAIN", "Clamp", "Converter", "KeepArgs", "py_list"]
 
 
 # What blocking control flow does to a model written by onnxconverter-common and onnxruntime's converter (alike:
@@ -121,10 +122,7 @@ class Converter:
             return not reader_blocked, not reader_blocked
         if not initializer:  # a tensor attribute: converted with its node; else cast to the target after it
             return not (maker_blocked and reader_blocked), not maker_blocked
-        if self.initializers == "no-blocked-reader":
-            converted = not any(readers_blocked)
-        else:
-            converted = not all(readers_blocked)
+        converted = not any(readers_blocked) if self.initializers == "no-blocked-reader" else not all(readers_blocked)
         return converted, converted
 
 

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..ir import Graph, Node, Value
 from ..escape import exact_regex
+from ..ir import Graph, Node, Value
 from .base import Clamp, Converter, KeepArgs
 
-__all__ = ["CONVERTER", "paste", "paste_quant", "fused_layernorms"]
+__all__ = ["CONVERTER", "fused_layernorms", "paste", "paste_quant"]
 
 _UNSUPPORTED = ("Upsample", "NonMaxSuppression", "Celu")
 _MIN_OPSET = {"fp16": 13, "bf16": 22}

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from .base import CONTROL_FLOW_CAVEAT, Clamp, Converter, KeepArgs, py_list
 
-__all__ = ["CONVERTER", "OLIVE", "DEFAULT_OP_BLOCK_LIST", "paste", "paste_olive"]
+__all__ = ["CONVERTER", "DEFAULT_OP_BLOCK_LIST", "OLIVE", "paste", "paste_olive"]
 
 DEFAULT_OP_BLOCK_LIST = (
     "ArrayFeatureExtractor", "Binarizer", "CastMap", "CategoryMapper", "DictVectorizer", "FeatureVectorizer",

@@ -32,7 +32,7 @@ from __future__ import annotations
 from ..ir import Graph
 from .base import Clamp, Converter, KeepArgs
 
-__all__ = ["CONVERTER", "VERSION", "paste", "ir_path"]
+__all__ = ["CONVERTER", "VERSION", "ir_path", "paste"]
 
 VERSION = "2026.4.1"  # the one release modelled here
 _TITLE = f"OpenVINO {VERSION}'s fp16 compression"

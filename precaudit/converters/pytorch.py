@@ -18,7 +18,7 @@ import re
 from ..escape import exact_regex
 from .base import KeepArgs, py_list
 
-__all__ = ["paste_hf", "paste_autocast", "paste_torch_tensorrt", "fx_name"]
+__all__ = ["fx_name", "paste_autocast", "paste_hf", "paste_torch_tensorrt"]
 
 
 def paste_hf(args: KeepArgs) -> str:

@@ -26,7 +26,7 @@ from ..ir import Graph
 from .model import ELEM_OF
 from .plan import EXACT, Repair
 
-__all__ = ["Comparison", "OutputDiff", "Emulated", "compare", "emulated", "stored_narrow"]
+__all__ = ["Comparison", "Emulated", "OutputDiff", "compare", "emulated", "stored_narrow"]
 
 _NARROW = (T.FLOAT16, T.BFLOAT16)
 
@@ -174,7 +174,6 @@ def _isolated(original: onnx.ModelProto, fixed: onnx.ModelProto, repairs: list[R
     g = check.graph
     known = {text(i.name) for i in g.input} | {text(i.name) for i in g.initializer} | {""}
     known |= {text(o) for n in g.node for o in n.output}
-    fixed_nodes = list(fixed.graph.node)
     fixed_inits = {text(t.name): t for t in fixed.graph.initializer}
     # a node another repair changed is copied as the original has it, and a node another repair added is left
     # out: each repair is judged by its own change (a mask fill every layer reads reaches the next layer's softmax
@@ -182,57 +181,77 @@ def _isolated(original: onnx.ModelProto, fixed: onnx.ModelProto, repairs: list[R
     original_nodes = {text(n.name): n for n in g.node if n.name}
     copies: dict[int, _Isolation] = {}
     for i, r in enumerate(repairs):
-        mine_nodes, mine_values = set(r.nodes), set(r.changed)
-        if not mine_values:
+        if not r.changed:
             continue
-        others = {name for j, o in enumerate(repairs) if j != i for name in o.nodes} - mine_nodes
-        other_values = {v for j, o in enumerate(repairs) if j != i for v in o.changed} - mine_values
-        descend, region = set(mine_values), []
-        for n in fixed_nodes:  # forward, in graph order: everything the repair's values reach
-            name = text(n.name)
-            outs = [text(o) for o in n.output]
-            reads = _reads(n)
-            reads_mine = bool(reads & mine_values) or any(o in mine_values for o in outs)
-            if name in others or (not reads_mine and reads & other_values):
-                if name not in original_nodes:
-                    continue  # another repair's own node: not in this repair's model
-                n = original_nodes[name]
-            if reads & descend or any(text(o) in mine_values for o in n.output):
-                descend.update(text(o) for o in n.output if o)
-                region.append(n)
+        region = _region(list(fixed.graph.node), repairs, i, original_nodes)
         tag = f"{_SUFFIX}{i}"
         made = {text(o) for n in region for o in n.output if o}
-        new_nodes, new_inits, ok = [], {}, True
-        for source in region:
-            node = onnx.NodeProto()
-            node.CopyFrom(source)
-            for j, x in enumerate(node.input):
-                x = text(x)
-                if x in made:
-                    node.input[j] = x + tag
-                elif x not in known:
-                    if x in fixed_inits:
-                        new_inits[x] = x + tag
-                        node.input[j] = x + tag
-                    else:
-                        ok = False
-            for j, o in enumerate(node.output):
-                if o:
-                    node.output[j] = text(o) + tag
-            node.name = text(node.name) + tag
-            new_nodes.append(node)
-        if not ok or not new_nodes or any(n.op_type in ("If", "Loop", "Scan") for n in new_nodes):
+        renamed = _renamed_copies(region, tag, made, known, fixed_inits)
+        if renamed is None:
             continue
-        for name, renamed in new_inits.items():
+        new_nodes, new_inits = renamed
+        for name, new_name in new_inits.items():
             tensor = onnx.TensorProto()
             tensor.CopyFrom(fixed_inits[name])
-            tensor.name = renamed
+            tensor.name = new_name
             g.initializer.append(tensor)
         g.node.extend(new_nodes)
         value = r.check.value if r.check.kind != "none" and r.check.value in made else None
         copies[i] = _Isolation(value + tag if value else None,
                                {out: out + tag for out in sorted(graph_outputs & made)})
     return check, copies
+
+
+def _region(fixed_nodes: list[onnx.NodeProto], repairs: list[Repair], i: int,
+            original_nodes: dict[str, onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """The nodes repair i's values reach, forward in graph order: the fixed model's, except those another repair
+    changed (the original's) or added (left out)."""
+    r = repairs[i]
+    mine_nodes, mine_values = set(r.nodes), set(r.changed)
+    others = {name for j, o in enumerate(repairs) if j != i for name in o.nodes} - mine_nodes
+    other_values = {v for j, o in enumerate(repairs) if j != i for v in o.changed} - mine_values
+    descend, region = set(mine_values), []
+    for n in fixed_nodes:
+        name = text(n.name)
+        outs = [text(o) for o in n.output]
+        reads = _reads(n)
+        reads_mine = bool(reads & mine_values) or any(o in mine_values for o in outs)
+        if name in others or (not reads_mine and reads & other_values):
+            if name not in original_nodes:
+                continue  # another repair's own node: not in this repair's model
+            n = original_nodes[name]  # noqa: PLW2901 -- the original of a node this repair's model also has
+        if reads & descend or any(text(o) in mine_values for o in n.output):
+            descend.update(text(o) for o in n.output if o)
+            region.append(n)
+    return region
+
+
+def _renamed_copies(region: list[onnx.NodeProto], tag: str, made: set[str], known: set[str],
+                    fixed_inits: dict[str, onnx.TensorProto]
+                    ) -> tuple[list[onnx.NodeProto], dict[str, str]] | None:
+    """Copies of the region's nodes, every value they make and every fixed-model initializer they read renamed with
+    tag; None when a copy would read a value neither graph has, or the region is empty or holds control flow."""
+    new_nodes, new_inits = [], {}
+    for source in region:
+        node = onnx.NodeProto()
+        node.CopyFrom(source)
+        for j, raw in enumerate(node.input):
+            x = text(raw)
+            if x in made:
+                node.input[j] = x + tag
+            elif x not in known:
+                if x not in fixed_inits:
+                    return None
+                new_inits[x] = x + tag
+                node.input[j] = x + tag
+        for j, o in enumerate(node.output):
+            if o:
+                node.output[j] = text(o) + tag
+        node.name = text(node.name) + tag
+        new_nodes.append(node)
+    if not new_nodes or any(n.op_type in ("If", "Loop", "Scan") for n in new_nodes):
+        return None
+    return new_nodes, new_inits
 
 
 def _reads(node: onnx.NodeProto) -> set[str]:
@@ -277,7 +296,7 @@ def _session(model: onnx.ModelProto, path: str, types: dict[str, str | None], in
     made = {text(o) for n in m.graph.node for o in n.output}
     fetch = []
     for name in sorted(wanted):
-        if name in inputs or name not in made and name not in present:
+        if name in inputs or (name not in made and name not in present):
             continue
         if name not in present:
             elem = ELEM_OF.get(types.get(name) or "", 0) or _elem_of_numpy(types.get(name))

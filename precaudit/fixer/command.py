@@ -14,7 +14,7 @@ from ..options import check_number, shown
 if TYPE_CHECKING:
     from ..context import Audit
 
-__all__ = ["fix_report", "run_checked", "check_data_floor"]
+__all__ = ["check_data_floor", "fix_report", "run_checked"]
 
 
 def fix_report(audit: Audit, model: str, output: str | None, dry_run: bool, min_eps: float | None,

@@ -11,8 +11,17 @@ from ..analysis.sites.walks import scalar_of
 from ..dtypes import FORMATS
 from ..ir import Node, Value
 
-__all__ = ["root_after", "root_before", "divisions", "scalar_input", "stored_array", "int_list", "float_dtype",
-           "producer_through_casts", "is_root"]
+__all__ = [
+    "divisions",
+    "float_dtype",
+    "int_list",
+    "is_root",
+    "producer_through_casts",
+    "root_after",
+    "root_before",
+    "scalar_input",
+    "stored_array",
+]
 
 
 def float_dtype(value: Value | None) -> str | None:
@@ -50,7 +59,7 @@ def scalar_input(node: Node) -> int | None:
 
 def is_root(node: Node | None) -> bool:
     return node is not None and (node.op_type in ("Sqrt", "ReduceL2") or
-                                 node.op_type == "Pow" and scalar_of(node.input(1)) in (0.5, -0.5))
+                                 (node.op_type == "Pow" and scalar_of(node.input(1)) in (0.5, -0.5)))
 
 
 def _through_shape_down(value: Value, depth: int = 4) -> list[Node]:
@@ -100,11 +109,9 @@ def divisions(root: Node) -> list[Node]:
                 if id(user) in seen:
                     continue
                 seen.add(id(user))
-                if user.op_type in SHAPE_ONLY or user.op_type in ("Add", "Max", "Clip") and scalar_input(user) is not None:
+                if user.op_type in SHAPE_ONLY or (user.op_type in ("Add", "Max", "Clip") and scalar_input(user) is not None):
                     nxt.extend(user.outputs[:1])
-                elif user.op_type == "Div" and user.input(1) is v or user.op_type == "Reciprocal":
-                    found.append(user)
-                elif user.op_type == "Mul" and root.op_type == "Pow":
+                elif (user.op_type == "Div" and user.input(1) is v) or user.op_type == "Reciprocal" or (user.op_type == "Mul" and root.op_type == "Pow"):
                     found.append(user)
         frontier = nxt
     return found

@@ -18,10 +18,19 @@ from ..analysis.fused_norms import FUSED_NORMS
 from ..dtypes import FORMATS, round_to_format
 from ..escape import printable
 from ..ir import Node
-from .common import const_shape, constant_producers, divisions, float_dtype, root_after, root_before, scalar_input, stored_array
+from .common import (
+    const_shape,
+    constant_producers,
+    divisions,
+    float_dtype,
+    root_after,
+    root_before,
+    scalar_input,
+    stored_array,
+)
 from .plan import Check, Context, Group, Repair, Skipped
 
-__all__ = ["norm_repairs", "EPS_BAD", "new_eps"]
+__all__ = ["EPS_BAD", "new_eps", "norm_repairs"]
 
 EPS_BAD = ("PA101", "PA102", "PA106", "PA108")  # the eps is 0, subnormal, stored as 0 or not positive there
 _MAX_RAISE = 1e-3  # a raise past this would dominate ordinary variances (PA103 calls 0.01 too large)

@@ -26,7 +26,7 @@ from ..files import open_regular
 from ..frontends.onnx_data import text
 from ..ir import Graph, Node
 
-__all__ = ["Editable", "ELEM_OF", "elem_type", "external_tensors", "relocate_external"]
+__all__ = ["ELEM_OF", "Editable", "elem_type", "external_tensors", "relocate_external"]
 
 _MAX_MODEL_BYTES = 2 << 30
 
@@ -64,7 +64,7 @@ class Editable:
     touched: set[int] = field(default_factory=set)  # id(IR node) an edit changed: one repair per node
 
     @classmethod
-    def load(cls, path: str, graph: Graph) -> "Editable":
+    def load(cls, path: str, graph: Graph) -> Editable:
         model = _read(path)
         inlined = bool(model.functions)
         if inlined:  # the audit ran on the inlined graph (frontends.onnx does the same): edit that one

@@ -4,8 +4,8 @@ the reason. Every repair module (eps.py, softmax.py, guards.py, masks.py, island
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from ..keeplist.chains import NormChains
 from ..rules.loader import Rule
 from .model import Editable
 
-__all__ = ["EXACT", "Check", "Repair", "Skipped", "Left", "Plan", "Context", "Group"]
+__all__ = ["EXACT", "Check", "Context", "Group", "Left", "Plan", "Repair", "Skipped"]
 
 # "Exact" in float32: the same function computed in another order (LogSoftmax against Log(Softmax), the max shift),
 # or the same ops where a Cast is now a no-op. Relative to the compared value's largest |x|.

@@ -3,11 +3,11 @@ repairs its kind, or left alone with the reason."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from ..audit_models import static_matches
 from ..analysis.compute_dtype import DtypeResolver
 from ..analysis.sites.base import Site
+from ..audit_models import static_matches
 from ..finding import Finding
 from ..ir import Graph
 from ..rules.loader import Rule

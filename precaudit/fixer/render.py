@@ -14,7 +14,7 @@ from .check import Emulated
 if TYPE_CHECKING:
     from .run import FixResult
 
-__all__ = ["render_text", "render_json", "SCHEMA_VERSION"]
+__all__ = ["SCHEMA_VERSION", "render_json", "render_text"]
 
 SCHEMA_VERSION = 1
 
@@ -36,8 +36,22 @@ def render_text(result: FixResult) -> str:
         head += f"  (--dtype {result.target.name}, --dry-run: the plan only, nothing written)"
     else:
         head += f" → {p(result.output or '')}  (--dtype {result.target.name})"
-    lines = [head]
+    lines = [head, *_plan_lines(result), *_check_lines(result)]
+    if result.trace is not None:
+        lines += _trace_table(result)
+    if result.source is not None and result.source.synthesized and (result.plan.repairs or result.withheld):
+        lines.append(f"  NOT CHECKED ON YOUR DATA: the float32 check ran on {p(result.source.describe())}, which says "
+                     "nothing about the inputs your model sees (quiet audio, padding, real images); give them with "
+                     "--inputs FILE.npz (exit 3 until then)")
+    lines += _written_lines(result)
+    return "\n".join(lines) + "\n"
+
+
+def _plan_lines(result: FixResult) -> list[str]:
+    """Each repair made, withheld or left, and the plan's notes."""
+    p = printable
     plan = result.plan
+    lines = []
     if not plan.repairs and not plan.skipped and not result.withheld:
         lines.append("  nothing to repair: the audit finds nothing here")
     for r in plan.repairs:
@@ -54,8 +68,14 @@ def render_text(result: FixResult) -> str:
         lines.append(f"  left    {s.rule_id} {p(s.rule_name)}  node '{p(s.node.name)}' ({p(s.node.op_type)}): {p(s.reason)}")
         if s.keep_fp32:
             lines.append(f"          keep in float32: {_names(s.keep_fp32)}")
-    for note in plan.notes:
-        lines.append(f"  note: {p(note)}")
+    lines += [f"  note: {p(note)}" for note in plan.notes]
+    return lines
+
+
+def _check_lines(result: FixResult) -> list[str]:
+    """The float32 check against the original outputs, and the re-audit (or, in a dry run, the plan's coverage)."""
+    p = printable
+    lines = []
     if result.comparison is not None:
         c = result.comparison
         largest = c.largest
@@ -63,12 +83,11 @@ def render_text(result: FixResult) -> str:
         if largest is not None:
             lines.append(f"  float32 check (onnxruntime, {p(result.inputs)}){how}: largest output difference "
                          f"{_g(largest.max_abs)} (relative {_g(largest.relative)}) at '{p(largest.name)}'")
-        for d in c.outputs:
-            if d.nonfinite_before != d.nonfinite_after:
-                lines.append(f"          output '{p(d.name)}': {d.nonfinite_before} inf/NaN elements before, "
-                             f"{d.nonfinite_after} after")
+        lines += [f"          output '{p(d.name)}': {d.nonfinite_before} inf/NaN elements before, "
+                  f"{d.nonfinite_after} after" for d in c.outputs if d.nonfinite_before != d.nonfinite_after]
     if result.compare_problem is not None:
         lines.append(f"  float32 check: not run: {p(result.compare_problem)}")
+    plan = result.plan
     if result.after is not None:
         remain = Counter(f.rule_id for f in result.after)
         shown = ", ".join(f"{rule} ×{n}" for rule, n in sorted(remain.items()))
@@ -78,25 +97,24 @@ def render_text(result: FixResult) -> str:
         covered = sum(len(r.rules) for r in plan.repairs)
         lines.append(f"  plan: {len(plan.repairs)} repair{'s' * (len(plan.repairs) != 1)} for {covered} of "
                      f"{len(result.before)} findings; {len(plan.skipped)} left")
-    if result.trace is not None:
-        lines += _trace_table(result)
-    if result.source is not None and result.source.synthesized and (plan.repairs or result.withheld):
-        lines.append(f"  NOT CHECKED ON YOUR DATA: the float32 check ran on {p(result.source.describe())}, which says "
-                     "nothing about the inputs your model sees (quiet audio, padding, real images); give them with "
-                     "--inputs FILE.npz (exit 3 until then)")
+    return lines
+
+
+def _written_lines(result: FixResult) -> list[str]:
+    """What was written, or why nothing was."""
+    p = printable
+    plan = result.plan
     if result.written:
         where = ""
         if result.external:
             files = ", ".join(f"'{p(f)}'" for f in result.external)
             where = f" (external data: reads {files} in place; nothing copied, the data files unchanged)"
-        lines.append(f"  wrote {p(result.output or '')}{where}")
-    elif not result.dry_run and not plan.repairs and (plan.skipped or result.withheld):
-        lines.append("  nothing repaired: no model written")
-    elif not result.dry_run and plan.repairs:
-        for problem in result.problems:
-            lines.append(f"  problem: {p(problem)}")
-        lines.append("  the fixed model was NOT written")
-    return "\n".join(lines) + "\n"
+        return [f"  wrote {p(result.output or '')}{where}"]
+    if not result.dry_run and not plan.repairs and (plan.skipped or result.withheld):
+        return ["  nothing repaired: no model written"]
+    if not result.dry_run and plan.repairs:
+        return [*(f"  problem: {p(problem)}" for problem in result.problems), "  the fixed model was NOT written"]
+    return []
 
 
 def _repair_body(r, result: FixResult) -> list[str]:

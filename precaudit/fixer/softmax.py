@@ -14,7 +14,7 @@ from .common import float_dtype, int_list
 from .model import ELEM_OF, Editable
 from .plan import Check, Context, Group, Repair
 
-__all__ = ["log_softmax", "log_sigmoid", "max_shift", "logsumexp_shift"]
+__all__ = ["log_sigmoid", "log_softmax", "logsumexp_shift", "max_shift"]
 
 _EXACT_WORDS = "exact: the same function, computed without the step that overflows or rounds to 0 (float32 rounding only)"
 

@@ -13,7 +13,8 @@ inputs hold the dtype it computes in.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,7 +27,7 @@ from .source import frames
 if TYPE_CHECKING:
     from .autocast import AutocastPlan, OpDtype
 
-__all__ = ["lower_exported_program", "TORCH_DTYPES"]
+__all__ = ["TORCH_DTYPES", "lower_exported_program"]
 
 TORCH_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.float64: "fp64",
                 torch.float8_e4m3fn: "fp8-e4m3", torch.float8_e5m2: "fp8-e5m2"}
@@ -34,7 +35,7 @@ _ONNX_ELEM = {"fp32": 1, "fp16": 10, "fp64": 11, "bf16": 16, "fp8-e4m3": 17, "fp
 _MAX_CONST = 64  # parameters and buffers are read only when this small (an eps vector, never weights)
 
 
-def lower_exported_program(ep: "torch.export.ExportedProgram", path: str, plan: "AutocastPlan | None" = None,
+def lower_exported_program(ep: torch.export.ExportedProgram, path: str, plan: AutocastPlan | None = None,
                            state: dict | None = None) -> Graph:
     """Build the IR graph of an exported program: placeholders, call_function nodes, outputs.
 
@@ -45,7 +46,7 @@ def lower_exported_program(ep: "torch.export.ExportedProgram", path: str, plan: 
 
 
 class _Lowering:
-    def __init__(self, ep, path: str, plan: "AutocastPlan | None" = None, state: dict | None = None):
+    def __init__(self, ep, path: str, plan: AutocastPlan | None = None, state: dict | None = None):
         self.ep = ep
         self.plan = plan
         self.graph = Graph(path=path, producer_name="torch.export", exporter="torch.export")
@@ -185,7 +186,7 @@ class _Lowering:
         finally:
             self._entry = None
 
-    def _autocast_cast(self, value: Value, to: str, entry: "OpDtype") -> Value:
+    def _autocast_cast(self, value: Value, to: str, entry: OpDtype) -> Value:
         """The cast autocast (or type promotion) inserts before an op, as a Cast node; its output says why."""
         if value.dtype == to:
             return value
@@ -205,7 +206,7 @@ class _Lowering:
         self._casts[(id(value), to)] = out
         return out
 
-    def _autocast_dtypes(self, fx, nodes: list[Node], entry: "OpDtype") -> None:
+    def _autocast_dtypes(self, fx, nodes: list[Node], entry: OpDtype) -> None:
         """The nodes one fx node became hold autocast's dtypes: its outputs per output, the steps between in
         the first float output's."""
         made = self.values.get(id(fx))
@@ -220,7 +221,7 @@ class _Lowering:
                     dtype = entry.dtypes[i] if i < len(entry.dtypes) else main
                 else:
                     dtype = main
-                if dtype is None or value.dtype not in FORMATS and value.dtype is not None:
+                if dtype is None or (value.dtype not in FORMATS and value.dtype is not None):
                     continue
                 value.dtype = dtype
                 value.dtype_note = entry.note

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import operator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, ClassVar
 
 import torch
 import torch.utils._pytree as pytree
@@ -55,7 +56,7 @@ class _CastsKept(torch.overrides.TorchFunctionMode):
     at run time (aten.type_as), and a move to the device the tensor is on records nothing.
     """
 
-    _TO_FLOAT = {torch.Tensor.float: torch.float32, torch.Tensor.half: torch.float16,
+    _TO_FLOAT: ClassVar[dict[Any, torch.dtype]] = {torch.Tensor.float: torch.float32, torch.Tensor.half: torch.float16,
                  torch.Tensor.bfloat16: torch.bfloat16, torch.Tensor.double: torch.float64}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -81,7 +82,7 @@ class _CastsKept(torch.overrides.TorchFunctionMode):
             device, dtype, _, memory_format = torch._C._nn._parse_to(*rest, **kwargs)
         except (TypeError, RuntimeError):
             return None
-        if memory_format is not None or device is not None and torch.device(device) != x.device:
+        if memory_format is not None or (device is not None and torch.device(device) != x.device):
             return None  # a real move or layout change: as written
         if dtype is None:
             return x  # .to(x.device): nothing happens
@@ -225,7 +226,7 @@ class _Replay:
         label = self.plan.label
         inputs = [a for a in node.all_input_nodes if _float_name(self._dtype_of(a)) is not None]
         registered = f"aten::{name}" in self.registered and torch.is_autocast_enabled(self.device)
-        short = name.split(".")[0]
+        short = name.split(".", maxsplit=1)[0]
         try:
             out = node.target(*args, **kwargs)
         except Exception:  # an op its fake kernel cannot replay: its dtype follows its inputs, as most ops'
@@ -279,7 +280,7 @@ class _Replay:
         x = args[0]
         if not isinstance(x, torch.Tensor):
             return x
-        if name == "type_as" or name == "to.other":
+        if name in {"type_as", "to.other"}:
             dtype = args[1].dtype
         else:
             dtype = kwargs.get("dtype") or next((a for a in args[1:] if isinstance(a, torch.dtype)), None) or x.dtype
@@ -433,7 +434,7 @@ def _op_name(target) -> str:
     """aten.pow.Tensor_Scalar -> 'pow.Tensor_Scalar'; aten.mm.default -> 'mm'."""
     text = str(target)
     if text.startswith("aten."):
-        _, op, overload = (text.split(".") + ["default"])[:3]
+        _, op, overload = ([*text.split("."), "default"])[:3]
         return op if overload == "default" else f"{op}.{overload}"
     return getattr(target, "__name__", text)
 

@@ -131,7 +131,7 @@ def note_export(graph, targets: dict[str, str], plan: AutocastPlan) -> None:
 
 def _policy_note(plan: AutocastPlan, op: str, dtype: str) -> str:
     """The reason an op's output has this dtype under autocast, from the policy read for the op."""
-    label, short, long = plan.label, op.split(".")[0], FORMATS[dtype].long_name
+    label, short, long = plan.label, op.split(".", maxsplit=1)[0], FORMATS[dtype].long_name
     policy = plan.policies.get(op)
     if policy == "lower_precision_fp" and dtype == plan.dtype:
         return f"{label} runs {short} in {long}"

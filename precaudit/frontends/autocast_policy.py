@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["POLICY", "POLICY_TORCH", "registered_ops", "policy_of"]
+__all__ = ["POLICY", "POLICY_TORCH", "policy_of", "registered_ops"]
 
 _KEYS = {"cuda": "AutocastCUDA", "cpu": "AutocastCPU"}
 

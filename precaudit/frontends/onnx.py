@@ -113,7 +113,7 @@ def _parse(path: str, data: bytes) -> onnx.ModelProto:
 
 def _parse_model(data: bytes) -> onnx.ModelProto:
     model = onnx.load_model_from_string(data)
-    if not model.HasField("graph") or not model.graph.node and not model.graph.input:
+    if not model.HasField("graph") or (not model.graph.node and not model.graph.input):
         raise InputError(None, "not an ONNX model: the file parses but holds no graph")
     return model
 

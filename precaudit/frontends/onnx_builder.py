@@ -6,8 +6,9 @@ from __future__ import annotations
 import functools
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, NoReturn, cast
+from typing import Any, NoReturn, cast
 
 import numpy as np
 import onnx
@@ -237,7 +238,9 @@ class _Builder:
                 value = Value("", producer=node, parent=parent)
             outs.append(value)
 
-    def _attributes(self, np_: onnx.NodeProto, node_name: str, op_type: str, domain: str, opset: int | None,
+
+    # Every attribute of every node passes here (the load's hot loop): its cases stay inline, not a call each.
+    def _attributes(self, np_: onnx.NodeProto, node_name: str, op_type: str, domain: str, opset: int | None,  # noqa: C901
                     schemas: dict) -> tuple[dict, dict, list | None]:
         """The node's attributes (graphs aside), its GRAPH bodies by name, and every attribute that holds graphs.
 
@@ -268,7 +271,7 @@ class _Builder:
             elif typ == _GRAPHS or attr.graphs:  # (graphs in an attribute of another type are walked too)
                 body_attrs = body_attrs or []
                 body_attrs.append((attr_name, typ, attr))
-            if typ != _GRAPH and typ != _GRAPHS:
+            if typ not in (_GRAPH, _GRAPHS):
                 if attr.ref_attr_name:
                     value = _attr_value(attr)  # raises, as onnx.helper does
                 elif typ == _INT:
@@ -397,7 +400,7 @@ class _DtypeNames(dict):
 _NO_ATTRS: dict = {}  # shared by every node without attributes (nothing writes to a node's attrs)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _dtype_name(elem_type: int) -> str | None:
     fmt = format_of_onnx_type(elem_type)
     if fmt is not None:

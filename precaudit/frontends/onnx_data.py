@@ -18,8 +18,8 @@ import math
 import mmap
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import onnx
@@ -28,7 +28,7 @@ from onnx import numpy_helper
 from ..errors import InputError
 from ..files import note_read, open_regular
 
-__all__ = ["element_count", "tensor_loader", "text", "MAP_BYTES"]
+__all__ = ["MAP_BYTES", "element_count", "tensor_loader", "text"]
 
 _T = onnx.TensorProto
 # Types stored several to a byte: bits per element.

@@ -22,7 +22,8 @@ import functools
 import importlib
 import keyword
 import pickle
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import sympy
 import torch
@@ -124,9 +125,7 @@ def _replaced(attributes: dict[tuple[Any, str], Any]) -> Iterator[None]:
 # The names torch's srepr expressions call (sympy classes, torch's sympy functions arrive in sympify's locals).
 # Any other name must mean nothing to sympy's parser, which evaluates with sympy's namespace and Python's
 # builtins (__import__, exec, open...): an unknown name becomes a Symbol or an undefined Function.
-_SYMPY_NAMES = frozenset("""Add Mul Pow Mod Integer Rational Float Symbol Dummy Max Min Abs floor ceiling sqrt
-    Eq Ne Lt Le Gt Ge Equality Unequality StrictLessThan LessThan StrictGreaterThan GreaterThan And Or Not
-    Piecewise ExprCondPair true false oo zoo nan pi E""".split())
+_SYMPY_NAMES = frozenset(["Add", "Mul", "Pow", "Mod", "Integer", "Rational", "Float", "Symbol", "Dummy", "Max", "Min", "Abs", "floor", "ceiling", "sqrt", "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "Equality", "Unequality", "StrictLessThan", "LessThan", "StrictGreaterThan", "GreaterThan", "And", "Or", "Not", "Piecewise", "ExprCondPair", "true", "false", "oo", "zoo", "nan", "pi", "E"])
 _NAMED_BY_STRING = ("Symbol", "Dummy", "Float")  # Symbol('s0', integer=True), Float('1.5', precision=53)
 _OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.BitAnd, ast.BitOr, ast.USub,
               ast.UAdd, ast.Not, ast.Invert, ast.And, ast.Or, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)

@@ -24,8 +24,9 @@ import sys
 import tempfile
 import warnings
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 import torch
 from torch import nn
@@ -41,7 +42,7 @@ from .pt2_guard import archive_guard, no_compiled_code, pt2_package
 from .torch_objects import registered
 from .user_code import described, first_line, user_code
 
-__all__ = ["load_torch_graph", "load_torch_as_onnx", "capture", "capture_under_autocast"]
+__all__ = ["capture", "capture_under_autocast", "exported_fp32", "load_torch_as_onnx", "load_torch_graph"]
 
 _CAPTURE_IN = {"fp16": torch.float16, "bf16": torch.bfloat16}
 _INPUT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64,
@@ -94,12 +95,26 @@ def load_torch_as_onnx(spec: str, options: TorchOptions, target: str = "fp16") -
     if lowered.endswith(".pt2"):
         graph = _exported_to_onnx(_load_pt2(spec, options), (), spec)
     else:
-        with _factory_model(spec, options) as (module, args):
+        with _factory_model(spec, options) as (module, given):
             with user_code(spec, "converting the module with model.to()"):
-                program, args = _converted(module.eval(), args, target)
+                program, args = _converted(module.eval(), given, target)
             graph = _exported_to_onnx(program, args, spec)
     graph.converted_to = target if target in _CAPTURE_IN and not lowered.endswith(".pt2") else None
     return graph
+
+
+def exported_fp32(spec: str, options: TorchOptions):
+    """The model's torch.export program as the user wrote it, in float32 (keep-list --for coreml converts it with
+    coremltools, whose op names follow its nodes): a factory's module exported, or a .pt2's program."""
+    lowered = spec.lower()
+    if lowered.endswith(".pt2"):
+        return _load_pt2(spec, options)
+    if lowered.endswith((".pt", ".pth", ".ts")):
+        raise InputError(spec, "--for coreml names ops after the torch.export graph's nodes: give a factory "
+                               "(model.py:make_model) or a torch.export .pt2, not a TorchScript or pickled file")
+    with _factory_model(spec, options) as (module, args), \
+            user_code(spec, "running forward() under torch.export", _CAPTURE_FAILED), _quiet():
+        return torch.export.export(module.eval(), args, strict=False)
 
 
 def _exported_to_onnx(program, args: tuple, spec: str, plan=None) -> Graph:
@@ -321,6 +336,7 @@ def _via_onnx(model, args: tuple, spec: str, dynamo: bool, failure: str, plan=No
 
 
 _FX_TARGET = re.compile(r"target=torch\.ops\.(?:aten|prims)\.(\w+)\.(\w+)")
+_FX_NAME = re.compile(r"%(\w+) :")
 
 
 def _placed(graph: Graph, path: Path) -> dict[str, str]:
@@ -343,7 +359,11 @@ def _placed(graph: Graph, path: Path) -> dict[str, str]:
             node.source_file, node.source_line = frame
         if call_site is not None:
             node.call_site = call_site
-        found = _FX_TARGET.search(meta.get("pkg.torch.onnx.fx_node", ""))
+        fx_node = meta.get("pkg.torch.onnx.fx_node", "")
+        named = _FX_NAME.match(fx_node)
+        if named:  # the torch.export node it was lowered from ('%mean : ...'): what torch-side lists name
+            graph.fx_names[proto.name] = named[1]
+        found = _FX_TARGET.search(fx_node)
         if found:
             targets[proto.name] = found[1] if found[2] == "default" else f"{found[1]}.{found[2]}"
     return targets

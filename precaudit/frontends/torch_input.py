@@ -13,8 +13,15 @@ from ..options import TorchOptions
 from .torch_objects import REGISTERED as _REGISTERED
 from .torch_objects import check_importable, factory_spec
 
-__all__ = ["check_torch_installed", "is_torch_input", "load_torch", "load_torch_for_trace", "torch_input_files",
-           "factory_spec", "check_importable"]  # (the two last from torch_objects, which torch_graph reads too)
+__all__ = [
+    "check_importable",
+    "check_torch_installed",
+    "factory_spec",
+    "is_torch_input",
+    "load_torch",
+    "load_torch_for_trace",
+    "torch_input_files",
+]  # (the two last from torch_objects, which torch_graph reads too)
 
 _FILES = (".pt2", ".pt", ".pth", ".ts")
 

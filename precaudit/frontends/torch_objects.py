@@ -10,7 +10,7 @@ import re
 
 from ..errors import InputError
 
-__all__ = ["REGISTERED", "register_module", "unregister_module", "registered", "factory_spec", "check_importable"]
+__all__ = ["REGISTERED", "check_importable", "factory_spec", "register_module", "registered", "unregister_module"]
 
 _FACTORY = re.compile(r"^(?P<target>[^:]+\.py|[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_]\w*)\Z")
 

@@ -4,11 +4,11 @@ one InputError for that model, never an exit of precaudit, a traceback or a sile
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..errors import InputError
 
-__all__ = ["user_code", "stopped_as_error", "safe_str", "described", "first_line"]
+__all__ = ["described", "first_line", "safe_str", "stopped_as_error", "user_code"]
 
 
 @contextlib.contextmanager
@@ -59,7 +59,7 @@ def safe_str(value: object) -> str:
     """One line of str(value), at most 300 characters; '?' when the user's __str__ raises or exits."""
     try:
         text = str(value)
-    except BaseException:  # noqa: B036 - sys.exit() in __str__ is no message
+    except BaseException:
         return "?"
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[0][:300] if lines else ""

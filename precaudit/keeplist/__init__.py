@@ -10,8 +10,9 @@ until the outputs are finite and within the tolerance, then drops what is not ne
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ..analysis.compute_dtype import DtypeResolver
 from ..audit_models import static_matches
@@ -29,17 +30,19 @@ from .verify import Verification, verify
 
 if TYPE_CHECKING:
     from ..context import Audit
+    from ..runtime import Fact, Runtime
     from ..trace.inputs import InputSource
     from .snippet_run import SnippetCheck
 
 __all__ = ["FOR_TARGETS", "POLICIES", "Entry", "KeepList", "Policy", "build_keep_list", "static_findings"]
 
 # What --for accepts: the ONNX converters (each with its converter model), OpenVINO (its own fp16 compression, which a
-# snippet marks the nodes for), the PyTorch ways to keep modules, and ModelOpt's quantization config for the
-# block-scaled formats (--dtype mxfp8|mxfp4|nvfp4: the nodes kept unquantized).
+# snippet marks the nodes for), the PyTorch ways to keep modules, ModelOpt's quantization config for the
+# block-scaled formats (--dtype mxfp8|mxfp4|nvfp4: the nodes kept unquantized), and the runtimes that decide what a
+# node computes in themselves (runtime_targets.py: judged at that runtime, in what it honours).
 FOR_TARGETS = ("onnxconverter-common", "onnxruntime", "olive", "modelopt", "openvino", "pytorch", "torch-tensorrt",
-               "modelopt-quant")
-_PYTORCH_TARGETS = ("pytorch", "torch-tensorrt")
+               "modelopt-quant", "tensorrt", "coreml", "qnn", "dml", "webgpu")
+_PYTORCH_TARGETS = ("pytorch", "torch-tensorrt", "coreml")
 QUANT_TARGET = "modelopt-quant"
 _ONNX_TARGETS = tuple(t for t in FOR_TARGETS if t not in (*_PYTORCH_TARGETS, QUANT_TARGET))
 _TWO_GB = 2 ** 31 - 1  # protobuf's limit on one serialized message
@@ -93,6 +96,8 @@ class KeepList:
     source: InputSource | None = None
     batches: list = field(default_factory=list, repr=False)  # the verification's inputs, for the snippet's run
     snippet_check: SnippetCheck | None = None  # the printed snippet, run with the real converter
+    runtime: Runtime | None = None  # the runtime the list is judged at (--runtime, or the one --for names)
+    retarget: Fact | None = None  # why target is not the --dtype asked for (the runtime's own format)
     alternative: str = ""  # why the list printed is not the first one found (a converter that cannot keep it)
     policy: Policy | None = None  # traced: which list is printed (--policy), and what the other would change
 
@@ -103,7 +108,7 @@ class KeepList:
     @property
     def deployment(self) -> Deployment:
         """The target, the converter verified with and the user's own block list, as one value."""
-        return Deployment(self.target, self.converter, tuple(self.keep_fp32))
+        return Deployment(self.target, self.converter, tuple(self.keep_fp32), self.runtime, self.retarget)
 
     @property
     def verified(self) -> bool:
@@ -120,7 +125,8 @@ class KeepList:
     @property
     def exit_code(self) -> int:
         """0 checked (the snippet ran and, traced, verified on the user's inputs); 1 not verified, or the snippet
-        fails; 3 verified on synthesized inputs only, or the snippet could not be run here."""
+        fails; 3 verified on synthesized inputs only, or the snippet (or the model it writes) could not be run
+        here."""
         check = self.snippet_check
         if check is not None and check.ran and not check.ok:
             return 1
@@ -131,7 +137,7 @@ class KeepList:
                 return 1
             if self.source is None or self.source.synthesized:
                 return 3
-        if check is None or not check.ran:
+        if check is None or not check.ran or check.unverified:
             return 3
         return 0
 
@@ -188,6 +194,7 @@ class KeepList:
 
     @property
     def pytorch(self) -> bool:
+        """The snippet is the user's PyTorch code to paste, run here only for coreml (coreml_snippet.py)."""
         return self.target_for in _PYTORCH_TARGETS
 
     def op_type_counts(self) -> dict[str, int]:
@@ -219,7 +226,11 @@ def converter_for(target_for: str) -> Converter:
         from ..converters.openvino import CONVERTER
 
         return CONVERTER
-    return PLAIN if target_for in (*_PYTORCH_TARGETS, QUANT_TARGET) else converter_named(target_for)
+    from .runtime_targets import RUNTIME_OF  # a runtime's target: its converter is decided once the model is read
+
+    if target_for in (*_PYTORCH_TARGETS, QUANT_TARGET, *RUNTIME_OF):
+        return PLAIN
+    return converter_named(target_for)
 
 
 def build_keep_list(audit: Audit, path: str, target_for: str, tolerance: float = 1e-2, max_runs: int = 30,
@@ -229,17 +240,19 @@ def build_keep_list(audit: Audit, path: str, target_for: str, tolerance: float =
     ones)."""
     from ..audit_models import load_graph
     from ..frontends.torch_input import is_torch_input
+    from .runtime_targets import converter_after_load, deployment_for
 
     converter = converter_for(target_for)
-    audit.deployment.check_runs(path)
-    target, trace, torch_options = audit.deployment.fmt, audit.trace, audit.torch
-    keep_fp32, rules = list(audit.deployment.keep_fp32), audit.rules
+    deployment = deployment_for(audit.deployment, target_for)
+    target, trace, torch_options = deployment.fmt, audit.trace, audit.torch
+    keep_fp32, rules = list(deployment.keep_fp32), audit.rules
     torch_model = not path.lower().endswith(".onnx") and is_torch_input(path)
     _check_quant_target(target_for, target)
     if torch_model != (target_for in _PYTORCH_TARGETS) and target_for != QUANT_TARGET:
         kind = "a PyTorch model" if torch_model else "an ONNX model"
         choices = _PYTORCH_TARGETS if torch_model else _ONNX_TARGETS
         raise InputError(path, f"--for {target_for} does not apply to {kind}; choose {' or '.join(choices)}")
+    deployment.check_runs(path)
     if torch_model and trace is not None:
         # the emulator runs ONNX: a PyTorch model is verified on its export, whose nodes carry the module paths
         from ..frontends.torch_input import load_torch_for_trace
@@ -247,7 +260,9 @@ def build_keep_list(audit: Audit, path: str, target_for: str, tolerance: float =
     else:
         graph = load_graph(path, torch_options, target.name, audit.dims)
     keep = audit.ignored
-    result = KeepList(path, graph, target, target_for, converter, list(keep_fp32))
+    converter = converter_after_load(target_for, graph, target, converter)
+    result = KeepList(path, graph, target, target_for, converter, list(keep_fp32), runtime=deployment.runtime,
+                      retarget=deployment.retarget)
     resolver = result.deployment.resolver(graph)
     chains = NormChains(graph, resolver)
     weights = trace is not None

@@ -4,14 +4,14 @@ where an output's error enters. Pure functions of the graph (and of a traced run
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..analysis.canonical import STATISTICS
-from ..analysis.decomposed import find_decomposed_norms
 from ..analysis.compute_dtype import DtypeResolver
+from ..analysis.decomposed import find_decomposed_norms
 from ..ir import Graph, Node, Value
 
-__all__ = ["NormChains", "overflow_closure", "error_entry", "producers"]
+__all__ = ["NormChains", "error_entry", "overflow_closure", "producers"]
 
 _REDUCTIONS = STATISTICS | {"ReduceL1"}  # a norm's statistic, and an L1 norm's
 # What a statistic's input passes through on its way from the normalized tensor x: a square, a centring, a Cast.

@@ -13,7 +13,7 @@ from ..options import check_choice, check_int, check_number
 if TYPE_CHECKING:
     from ..context import Audit
 
-__all__ = ["keep_list_report", "build_checked", "check_printed"]
+__all__ = ["build_checked", "check_printed", "keep_list_report"]
 
 
 def keep_list_report(audit: Audit, model: str, target_for: str | None, tolerance: float, max_runs: int,
@@ -46,7 +46,12 @@ def build_checked(audit: Audit, model: str, target_for: str | None, tolerance: f
             raise InputError(None, f"{named('policy')} {policy}: the minimal and the safe list differ by what a "
                                    f"traced run measures; add {named('trace')}")
     keep = build_keep_list(audit, model, target_for, tolerance, max_runs, progress=progress, policy=policy)
-    if not keep.pytorch:
+    if keep.target_for == "coreml":
+        from .coreml_snippet import check_coreml
+        from .render import snippet
+
+        keep.snippet_check = check_coreml(keep, audit.torch, lambda a: snippet(keep, a))
+    elif not keep.pytorch:
         check_printed(keep, audit.rules)
     return keep
 
@@ -58,12 +63,14 @@ def check_printed(keep, rules) -> None:
     uncast), or without both; print the first whose model loads, and say what was left out and why. The hazard
     there then stays in the narrow dtype, and only a run of the real model on inputs can verify it."""
     from .render import keep_args, snippet
+    from .runtime_targets import written_check
     from .snippet_run import check_snippet
 
     def run() -> None:
         keep.snippet_check = check_snippet(keep.target_for, keep_args(keep), lambda a: snippet(keep, a), keep.target,
                                            rules, keep.batches, keep.inputs, keep.model,
-                                           frozenset((f.rule_id, f.node_name) for f in keep.not_fixed))
+                                           frozenset((f.rule_id, f.node_name) for f in keep.not_fixed),
+                                           written_check(keep))
 
     run()
     for _ in range(_MOST_UNRUNNABLE):  # a node the runtime has no low-dtype kernel for, as the converter writes it

@@ -7,15 +7,14 @@ import re
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
-from ..converters import KeepArgs
-from ..converters import modelopt, onnxconverter_common, onnxruntime, openvino, pytorch
+from ..converters import KeepArgs, modelopt, onnxconverter_common, onnxruntime, openvino, pytorch
 from ..escape import exact_regex, printable
 from ..ir import Node, duplicate_renames
 
 if TYPE_CHECKING:
     from . import KeepList
 
-__all__ = ["render_text", "render_json", "raw_name", "is_unnamed", "keep_args"]
+__all__ = ["is_unnamed", "keep_args", "raw_name", "render_json", "render_text"]
 
 SCHEMA_VERSION = 1
 
@@ -38,15 +37,16 @@ def _top(node: Node) -> Node:
     return node
 
 
-def keep_args(keep: KeepList) -> KeepArgs:
-    """The nodes and op types a converter's arguments name: the list, plus the user's own --keep-fp32 entries."""
+def keep_args(keep: KeepList, top_level: bool = False) -> KeepArgs:
+    """The nodes and op types a converter's arguments name: the list, plus the user's own --keep-fp32 entries.
+    top_level: a body's node named by its If/Loop (AutoCast classifies top-level nodes only)."""
     graph_ops = {n.op_type for n in keep.graph.nodes}
     op_types = [e for e in keep.keep_fp32 if e in graph_ops]
     patterns = [e for e in keep.keep_fp32 if e not in graph_ops]
     ids = {id(n) for n in keep.nodes}
     nodes = [n for n in keep.graph.nodes
              if id(n) in ids or any(fnmatchcase(n.name, p) or (n.scope and fnmatchcase(n.scope, p)) for p in patterns)]
-    if keep.target_for == "modelopt":  # AutoCast classifies top-level nodes only: a body goes with its If/Loop
+    if keep.target_for == "modelopt" or top_level:  # AutoCast classifies top-level nodes only: a body goes with its If/Loop
         nodes = list({id(t): t for t in map(_top, nodes)}.values())
     renames = duplicate_renames(keep.graph)
     return KeepArgs(model=keep.model, in_memory=keep.in_memory, dtype=keep.target.name,
@@ -54,7 +54,8 @@ def keep_args(keep: KeepList) -> KeepArgs:
                     outputs=[[v.name for v in n.outputs if v is not None and v.name] for n in nodes],
                     op_types=op_types, unnamed=any(is_unnamed(n) for n in nodes), duplicates=bool(renames),
                     large=keep.large,
-                    modules=sorted({n.scope or "" for n in nodes}), fx_nodes=[n.name for n in nodes],
+                    modules=sorted({n.scope or "" for n in nodes}),
+                    fx_nodes=[keep.graph.fx_names.get(n.name, n.name) for n in nodes],
                     keep_io=keep.keep_io)
 
 
@@ -69,7 +70,11 @@ _WILDCARD = re.compile(r"([*?[])")
 
 
 def snippet(keep: KeepList, args: KeepArgs) -> str:
+    from .runtime_targets import RUNTIME_OF, paste
+
     target = keep.target_for
+    if target in RUNTIME_OF:
+        return paste(keep, args)
     if target == "onnxconverter-common":
         return onnxconverter_common.paste(args)
     if target == "onnxruntime":
@@ -89,7 +94,11 @@ def snippet(keep: KeepList, args: KeepArgs) -> str:
 
 def arguments(keep: KeepList, args: KeepArgs) -> dict[str, Any]:
     """The converter's arguments as data."""
+    from . import runtime_targets
+
     target = keep.target_for
+    if target in runtime_targets.RUNTIME_OF:
+        return runtime_targets.arguments(keep, args)
     if target == "onnxconverter-common":
         return {"op_block_list": [*onnxconverter_common.DEFAULT_OP_BLOCK_LIST, *args.op_types],
                 "node_block_list": args.nodes}
@@ -130,6 +139,7 @@ def render_json(keep: KeepList) -> str:
         "dtype": keep.target.name,
         "for": keep.target_for,
         "converter": keep.converter.title,
+        "runtime": keep.runtime.spelled if keep.runtime is not None else None,
         "converter_source": keep.converter.source,
         "nodes": [{"name": listed.get(id(n), raw_name(n)), "name_in_file": raw_name(n), "op": n.op_type, "unnamed": is_unnamed(n), "scope": n.scope,
                    "inside": n.subgraph_path.rstrip("/") or None} for n in nodes],
@@ -166,7 +176,7 @@ def render_text(keep: KeepList) -> str:
     args = keep_args(keep)
     nodes = keep.nodes
     listed = duplicate_renames(keep.graph)
-    what = "ModelOpt's quantization config" if keep.target.blocked else keep.converter.title
+    what = _what(keep)
     lines = [f"{printable(keep.shown or keep.model)}  (--dtype {keep.target.name}, --for {keep.target_for}: {what})"]
     counts = keep.op_type_counts()
     blocking = sum(counts.values())
@@ -208,6 +218,21 @@ def render_text(keep: KeepList) -> str:
         return "\n".join(lines) + "\n"
     lines += ["", *map(printable, snippet(keep, args).split("\n"))]
     return "\n".join(lines) + "\n"
+
+
+def _what(keep: KeepList) -> str:
+    """What the list is for, as the report's first line says: the converter, and the runtime it is judged at."""
+    from .runtime_targets import RUNTIME_OF, writes_casts
+
+    if keep.target.blocked:
+        return "ModelOpt's quantization config"
+    if keep.runtime is None:
+        return keep.converter.title
+    if keep.target_for not in RUNTIME_OF:
+        return f"{keep.converter.title}, judged on {keep.runtime.label}"
+    how = ("the casts written into the graph" if writes_casts(keep) else
+           keep.converter.title if not keep.converter.plain else "")
+    return keep.runtime.label + (f": {how}" if how else "")
 
 
 def _naming_lines(keep: KeepList, args: KeepArgs) -> list[str]:
@@ -274,7 +299,9 @@ def _snippet_lines(keep: KeepList) -> list[str]:
         measured = (f"; on {printable(check.inputs)} its outputs are "
                     + ("finite" if check.finite else "inf/NaN where float32's are not")
                     + (f", error {check.error:.3g} against float32" if check.finite else ""))
-    lines.append(f"  snippet checked as printed ({printable(check.how)}): {check.loader} loads its model{measured}")
+    loads = "converts the model" if check.loader == "coremltools" else "loads its model"
+    lines.append(f"  snippet checked as printed ({printable(check.how)}): {check.loader} {loads}{measured}"
+                 + (f"; not verified: {printable(check.unverified)}" if check.unverified else ""))
     for finding in check.errors:
         lines.append(f"  the converted model still has an error finding: {printable(finding)}")
     return lines

@@ -61,7 +61,7 @@ def check_ir(path: str, keep: dict[str, list[str]], check: SnippetCheck) -> None
     """Read the IR at path (in a child) and fill check: loads, problem, how."""
     try:
         proc = subprocess.run([sys.executable, "-I", "-c", _READER, path], capture_output=True, text=True,
-                              timeout=_TIMEOUT, errors="replace")
+                              timeout=_TIMEOUT, errors="replace", check=False)
     except subprocess.TimeoutExpired:
         check.problem = f"OpenVINO did not finish reading the IR in {_TIMEOUT} s"
         return

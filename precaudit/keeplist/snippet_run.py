@@ -20,12 +20,16 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..converters import KeepArgs
 
-__all__ = ["SnippetCheck", "check_snippet", "RUNNABLE"]
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+__all__ = ["RUNNABLE", "SnippetCheck", "Written", "check_snippet"]
 
 # --for → the module the snippet imports: its converter is installed when this is found
 RUNNABLE = {"onnxruntime": "onnxruntime.transformers.onnx_model", "onnxconverter-common": "onnxconverter_common",
@@ -47,6 +51,9 @@ class SnippetCheck:
     inputs: str = ""
     crashed: int | None = None  # the signal that ended onnxruntime loading or running the converted model
     loader: str = "onnxruntime"  # what loads the converted model (OpenVINO reads the IR its snippet writes)
+    # why the model the snippet wrote could not be run here, though the snippet ran and its model was checked
+    # ("Core ML predicts on macOS only"): keep-list exits 3, as for a snippet it could not run
+    unverified: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -61,15 +68,27 @@ class SnippetCheck:
                 else None for f in dataclasses.fields(self)}
 
 
+@dataclass
+class Written:
+    """What a runtime target's check asks of the model its snippet writes, besides loading: the runtime it is
+    audited for, the module the snippet imports, and the nodes that must read only float32 there (None: not asked)."""
+
+    runtime: Runtime | None = None
+    module: str | None = None
+    kept: list[str] | None = None
+
+
 def check_snippet(target_for: str, args: KeepArgs, render, target, rules, batches: list[dict[str, np.ndarray]] | None,
-                  inputs: str, reference_model: str, not_fixed: frozenset[tuple[str, str]] = frozenset()
-                  ) -> SnippetCheck:
+                  inputs: str, reference_model: str, not_fixed: frozenset[tuple[str, str]] = frozenset(),
+                  written: Written | None = None) -> SnippetCheck:
     """Run the snippet render(args) makes for this target. render is the keep-list's snippet function; not_fixed
     holds (rule id, node name) of the error findings no float32 node fixes (an eps of inf): the list never claimed
     them, the report says them apart, and the converted model still having them does not fail the snippet."""
-    module = RUNNABLE.get(target_for)
+    written = written or Written()
+    module = written.module or RUNNABLE.get(target_for)
     if module is None:
-        return SnippetCheck(False, f"not run: {target_for}'s snippet is not a Python script precaudit can run here")
+        return SnippetCheck(False, _NOT_RUN.get(target_for) or
+                            f"not run: {target_for}'s snippet is not a Python script precaudit can run here")
     try:
         found = importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
@@ -85,7 +104,7 @@ def check_snippet(target_for: str, args: KeepArgs, render, target, rules, batche
         check = SnippetCheck(True, f"ran with the installed {module.split('.')[0]}", inputs=inputs)
         try:
             proc = subprocess.run([sys.executable, "-I", script], cwd=os.getcwd(), capture_output=True, text=True,
-                                  timeout=_TIMEOUT, errors="replace")
+                                  timeout=_TIMEOUT, errors="replace", check=False)
         except subprocess.TimeoutExpired:
             check.problem = f"the snippet did not finish in {_TIMEOUT} s"
             return check
@@ -106,10 +125,21 @@ def check_snippet(target_for: str, args: KeepArgs, render, target, rules, batche
             check.problem = check.problem.replace(out, "the converted model").replace(folder, "a scratch folder")
         if not check.loads:
             return check
-        check.errors = _error_findings(out, target, rules, not_fixed, check)
+        check.errors = _error_findings(out, target, rules, not_fixed, check, written.runtime)
+        if written.kept is not None and check.problem is None:
+            from .casts import check_written
+
+            check_written(out, written.kept, check, written.runtime.title if written.runtime else target_for)
+            if check.problem is not None:
+                check.problem = check.problem.replace(out, "the written model")
         if reference and outputs is not None:
             _compare(check, reference, outputs)
     return check
+
+
+# why a target's snippet is not run here, where that is more than "not a script precaudit can run"
+_NOT_RUN = {"qnn": "not run: no HTP here, and no QNN option keeps a node in float32 there: the list is where to split "
+                   "the model for the CPU execution provider"}
 
 
 def _last_line(text: str) -> str:
@@ -180,7 +210,7 @@ def _run_converted(path: str, folder: str, batches: list[dict[str, np.ndarray]],
             json.dump({"batches": [list(f) for f in batches], "outputs": names}, fh)
     try:
         proc = subprocess.run([sys.executable, "-I", "-c", _RUNNER, path, feeds, outs], capture_output=True,
-                              text=True, timeout=_TIMEOUT, errors="replace")
+                              text=True, timeout=_TIMEOUT, errors="replace", check=False)
     except subprocess.TimeoutExpired:
         check.problem = f"onnxruntime did not finish with the converted model in {_TIMEOUT} s"
         return None
@@ -206,21 +236,21 @@ def _run_converted(path: str, folder: str, batches: list[dict[str, np.ndarray]],
         return [{name: data[f"b{b}_{k}"] for k, name in enumerate(wanted)} for b in range(len(batches))]
 
 
-def _error_findings(path: str, target, rules, not_fixed: frozenset[tuple[str, str]], check: SnippetCheck) -> list[str]:
+def _error_findings(path: str, target, rules, not_fixed: frozenset[tuple[str, str]], check: SnippetCheck,
+                    runtime: Runtime | None = None) -> list[str]:
     """The error findings of a static audit of the converted model, as it is stored (it runs as written), but for
     those the list does not claim to fix. A model precaudit cannot read is a problem of the check, said in one line
     (never an error about a scratch file the user never gave)."""
+    from ..audit_models import load_graph, static_matches
     from ..deployment import Deployment
-    from ..audit_models import load_graph
     from ..errors import InputError
-    from ..audit_models import static_matches
 
     try:
         graph = load_graph(path, None, target.name)
     except InputError as exc:
         check.problem = "precaudit cannot read the converted model: " + exc.problem.replace(path, "it")
         return []
-    resolver = Deployment(target).resolver(graph)  # the converted model runs as it is stored
+    resolver = Deployment(target, runtime=runtime).resolver(graph)  # it runs as stored, on the runtime if named
     found = [m.finding for m in static_matches(graph, resolver, rules, path, weights=False)]
     return [f"{f.rule_id} {f.rule_name} at '{f.node_name}'" for f in found
             if f.severity == "error" and (f.rule_id, f.node_name) not in not_fixed]
@@ -257,7 +287,7 @@ def _compare(check: SnippetCheck, reference: tuple[dict[str, None], list[dict[st
             if a.dtype.kind != "f":
                 error = max(error, 0.0 if np.array_equal(a, b) else math.inf)
                 continue
-            a, b = a.astype(np.float64), np.asarray(b).astype(np.float64)
+            a, b = a.astype(np.float64), np.asarray(b).astype(np.float64)  # noqa: PLW2901 -- compared in float64
             ok = np.isfinite(a)
             if np.any(ok & ~np.isfinite(b)):
                 finite = False

@@ -4,8 +4,8 @@ from until every output is finite and within the tolerance, then try to drop eac
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

@@ -10,8 +10,8 @@ import html
 import math
 from bisect import bisect_left
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from ..dtypes import FORMATS, Format
 from ..escape import printable
@@ -19,8 +19,17 @@ from ..finding import Finding, severity_rank
 from ..trace.profile import NormPoint, TraceProfile, ValuePoint
 from .dtype_map import NodeDtype
 
-__all__ = ["MAX_POINTS", "Buckets", "bucket_by_scope", "headroom_chart", "variance_chart", "dtype_strip",
-           "esc", "num", "DTYPE_COLORS"]
+__all__ = [
+    "DTYPE_COLORS",
+    "MAX_POINTS",
+    "Buckets",
+    "bucket_by_scope",
+    "dtype_strip",
+    "esc",
+    "headroom_chart",
+    "num",
+    "variance_chart",
+]
 
 MAX_POINTS = 1500  # more points than this (about the chart's width in pixels) are aggregated
 _W, _LEFT, _RIGHT = 1200, 64, 190  # viewBox width, room for the y labels and for the limit lines' labels

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-__all__ = ["Shape", "shape_of", "fold_names", "fold_texts", "fold_set"]
+__all__ = ["Shape", "fold_names", "fold_set", "fold_texts", "shape_of"]
 
 # A quantity: a numeric literal not glued to a name (not after a letter, digit, _, ., -, + or a quote, and not
 # before one); a value named '17' (old TorchScript exports number their values) is a name.
@@ -129,7 +129,7 @@ def _merge(tuples: list[tuple[str, ...]]) -> list[tuple[frozenset[str], ...]]:
                 merged.setdefault(item[:p] + item[p + 1:], set()).update(item[p])
             if len(merged) < len(items):
                 changed = True
-                items = [rest[:p] + (frozenset(values),) + rest[p:] for rest, values in merged.items()]
+                items = [(*rest[:p], frozenset(values), *rest[p:]) for rest, values in merged.items()]
     return items
 
 

@@ -7,7 +7,7 @@ from .locations import full_message, relative_path, shown
 from .outcome import Outcome
 from .text import summary_line
 
-__all__ = ["render_github", "escape_data", "escape_property"]
+__all__ = ["escape_data", "escape_property", "render_github"]
 
 _COMMANDS = {"error": "error", "warning": "warning", "info": "notice"}
 

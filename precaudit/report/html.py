@@ -14,14 +14,14 @@ import base64
 import hashlib
 import math
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
-from ..version import __version__
 from ..dtypes import FORMATS, Format, format_named
 from ..escape import printable
 from ..finding import SEVERITIES, Finding, severity_rank
 from ..trace import TraceRun
 from ..trace.profile import TraceProfile
+from ..version import __version__
 from .charts import DTYPE_COLORS, MAX_POINTS, dtype_strip, esc, headroom_chart, num, variance_chart
 from .dtype_map import NodeDtype
 from .folding import fold_names, fold_texts, shape_of
@@ -60,8 +60,8 @@ def _scoped(css: str) -> str:
             continue
         selectors, body = block.split("{", 1)
         scoped = []
-        for selector in selectors.split(","):
-            selector = " ".join(selector.split())
+        for written in selectors.split(","):
+            selector = " ".join(written.split())
             if selector in (":root", "body"):
                 scoped.append(f".{_SCOPE}")
             else:

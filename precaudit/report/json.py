@@ -11,9 +11,9 @@ import json
 import math
 from dataclasses import asdict
 
-from ..version import __version__
 from ..escape import encodable
 from ..finding import SEVERITIES
+from ..version import __version__
 from .outcome import Outcome
 
 __all__ = ["SCHEMA_VERSION", "render_json", "report_document"]

@@ -9,7 +9,7 @@ from typing import Any
 from ..escape import printable
 from ..finding import Finding
 
-__all__ = ["repo_root", "relative_path", "node_phrase", "full_message", "shown"]
+__all__ = ["full_message", "node_phrase", "relative_path", "repo_root", "shown"]
 
 
 def repo_root(start: Path | None = None) -> Path:

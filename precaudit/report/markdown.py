@@ -12,7 +12,7 @@ import re
 
 from ..escape import printable
 
-__all__ = ["prose", "one_line", "code_span", "code_block", "cell", "cell_code", "link_or_text"]
+__all__ = ["cell", "cell_code", "code_block", "code_span", "link_or_text", "one_line", "prose"]
 
 # Shown as written: a backslash escape for Markdown's own characters (the backslash itself; a backtick that opens
 # no code span; [ that could open a link, an image or a reference definition; a table's |), an entity for HTML's.

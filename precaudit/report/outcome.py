@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..result import AuditResult
 from ..baseline import BaselineMatch
+from ..result import AuditResult
 from ..rules.loader import Rule
 
 __all__ = ["Outcome"]

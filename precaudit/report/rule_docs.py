@@ -8,7 +8,7 @@ import re
 from ..escape import printable
 from ..rules.loader import Rule
 
-__all__ = ["placeholders", "render_rule_table", "render_rule_json", "render_explanation"]
+__all__ = ["placeholders", "render_explanation", "render_rule_json", "render_rule_table"]
 
 
 def placeholders(template: str) -> str:

@@ -18,7 +18,7 @@ from ..rules.loader import Rule
 from .markdown import cell, cell_code, code_block, code_span, one_line, prose
 from .rule_docs import _repair_words, default_state, fixable, placeholders
 
-__all__ = ["rule_page", "rules_index", "page_name", "rule_pages"]
+__all__ = ["page_name", "rule_page", "rule_pages", "rules_index"]
 
 
 def page_name(rule: Rule) -> str:

@@ -9,15 +9,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..version import __version__
 from ..finding import Finding
 from ..rules.loader import Rule
+from ..version import __version__
 from .json import _strict
 from .locations import full_message, relative_path, shown
-from .rule_docs import placeholders
 from .outcome import Outcome
+from .rule_docs import placeholders
 
-__all__ = ["render_sarif", "sarif_document", "FINGERPRINT_KEY"]
+__all__ = ["FINGERPRINT_KEY", "render_sarif", "sarif_document"]
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 FINGERPRINT_KEY = "precauditFingerprint/v1"

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..result import AuditResult
 from ..escape import printable
 from ..finding import SEVERITIES, Finding
+from ..result import AuditResult
 from .folding import fold_names, fold_set, fold_texts, shape_of
 from .locations import node_phrase, shown
 from .outcome import Outcome
 
-__all__ = ["render_text", "render_concise", "render_statistics", "summary_line", "group_findings"]
+__all__ = ["group_findings", "render_concise", "render_statistics", "render_text", "summary_line"]
 
 _COLORS = {"error": "31", "warning": "33", "info": "36"}
 

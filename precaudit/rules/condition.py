@@ -23,10 +23,21 @@ import ast
 import math
 import numbers
 import operator
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
-__all__ = ["Condition", "ConditionError", "parse_condition", "kind_of", "short", "MAX_CONDITION_CHARS", "MAX_DEPTH",
-           "MAX_NODES", "MAX_SEQUENCE", "MAX_INT_BITS"]
+__all__ = [
+    "MAX_CONDITION_CHARS",
+    "MAX_DEPTH",
+    "MAX_INT_BITS",
+    "MAX_NODES",
+    "MAX_SEQUENCE",
+    "Condition",
+    "ConditionError",
+    "kind_of",
+    "parse_condition",
+    "short",
+]
 
 MAX_CONDITION_CHARS = 2000  # the longest shipped condition has 253
 MAX_DEPTH = 50              # nesting of brackets and of the expression tree (the shipped rules reach 8)
@@ -193,7 +204,7 @@ def _check_node(node: ast.AST) -> None:
         if node.keywords:
             raise ConditionError("keyword arguments are not allowed in a condition")
         _, fewest, most, _ = _FUNCTIONS[node.func.id]
-        if len(node.args) < fewest or most is not None and len(node.args) > most:
+        if len(node.args) < fewest or (most is not None and len(node.args) > most):
             wanted = f"{fewest} argument" if fewest == most else f"at least {fewest} argument"
             raise ConditionError(f"{node.func.id}() takes {wanted}{'s' * (fewest != 1)}, got {len(node.args)}")
     if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float, str, bool, type(None))):
@@ -351,8 +362,8 @@ def _binary(op: type[ast.operator], left: Any, right: Any) -> Any:
         raise ConditionError("string formatting with % is not allowed in a condition")
     if op is ast.Add and type(left) is type(right) and isinstance(left, (str, list)):
         return left + right  # no longer than its operands together, which are bounded in turn
-    if op is ast.Mult and (isinstance(left, (str, list)) and _is_int(right) or _is_int(left) and
-                           isinstance(right, (str, list))):
+    if op is ast.Mult and ((isinstance(left, (str, list)) and _is_int(right)) or (_is_int(left) and
+                           isinstance(right, (str, list)))):
         sequence, count = (left, right) if isinstance(left, (str, list)) else (right, left)
         if count > 0 and len(sequence) * count > MAX_SEQUENCE:  # (len * count: count is at most MAX_INT_BITS wide)
             raise ConditionError(f"repeating {kind_of(sequence)} of length {len(sequence)} with * makes more "

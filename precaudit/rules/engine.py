@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 from ..analysis.sites.base import Site
 from ..finding import Finding
 from .condition import ConditionError
-from .template import render
 from .loader import Rule
+from .template import render
 
-__all__ = ["apply_rules", "match_rules", "holds", "Match"]
+__all__ = ["Match", "apply_rules", "holds", "match_rules"]
 
 
 class Match(NamedTuple):

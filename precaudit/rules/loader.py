@@ -27,9 +27,20 @@ from ..finding import SEVERITIES
 from .condition import Condition, ConditionError, kind_of, parse_condition
 from .template import check_template
 
-__all__ = ["Rule", "load_rules", "builtin_rules_dir", "RULE_FILE_LIMIT", "MAX_RULE_FILES", "MAX_RULE_BYTES",
-           "MAX_YAML_DEPTH", "MAX_YAML_VALUES", "MAX_NUMBER_CHARS", "MAX_PATTERN_DEPTH", "MAX_PATTERN_PARTS",
-           "MAX_PARAM_CHARS"]
+__all__ = [
+    "MAX_NUMBER_CHARS",
+    "MAX_PARAM_CHARS",
+    "MAX_PATTERN_DEPTH",
+    "MAX_PATTERN_PARTS",
+    "MAX_RULE_BYTES",
+    "MAX_RULE_FILES",
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_VALUES",
+    "RULE_FILE_LIMIT",
+    "Rule",
+    "builtin_rules_dir",
+    "load_rules",
+]
 
 RULE_FILE_LIMIT = 1 * MiB   # one rule file (the shipped ones are at most 2 KiB)
 MAX_RULE_FILES = 500        # rule files from --rules and the pyproject, in all
@@ -45,9 +56,9 @@ _PARAM_INT = 1 << 63        # an int param is a 64-bit integer; write a float fo
 _ID = re.compile(r"^[A-Z]{2,}[0-9]{3}\Z")  # \Z: $ would accept "PA999\n"
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*\Z")
 _REQUIRED = ("id", "name", "severity", "summary", "condition", "message", "fix")
-_OPTIONAL = ("sites", "pattern", "description", "ops", "params", "references", "example", "preview", "repair")
+_OPTIONAL = ("sites", "pattern", "description", "ops", "params", "references", "example", "preview", "repair", "tests")
 # What a user file may say about a built-in rule it overrides (same id, no name).
-_OVERRIDABLE = ("severity", "params", "preview", "message", "fix", "condition", "ops", "references")
+_OVERRIDABLE = ("severity", "params", "preview", "message", "fix", "condition", "ops", "references", "tests")
 # (a user's override may not change sites or pattern: what a rule looks at is part of its identity)
 _TEXT = ("summary", "condition", "message", "fix", "description", "example")
 
@@ -78,6 +89,8 @@ class Rule:
     no_repair: str | None = None
     keep_instead: bool = False  # with no_repair: keeping the node in float32 is the answer (keep-list)
     where: dict[str, tuple[str, int]] = field(default_factory=dict)  # key -> (file, line) it was last set in
+    # the rule's own examples as written (tests:), for `precaudit test`, which checks them; the audit never reads them
+    tests: Any = None
 
     def located(self, key: str, problem: str) -> InputError:
         """An error about one of the rule's keys, naming the file and line that set it."""
@@ -128,7 +141,7 @@ class _Budget:
     def count_bytes(self, shown: str, size: int) -> None:
         self.bytes += size
         if self.bytes > MAX_RULE_BYTES:
-            limit = f"{MAX_RULE_BYTES // MiB} MiB" if MAX_RULE_BYTES >= MiB else f"{MAX_RULE_BYTES} bytes"
+            limit = f"{MAX_RULE_BYTES // MiB} MiB" if MiB <= MAX_RULE_BYTES else f"{MAX_RULE_BYTES} bytes"
             raise InputError(shown, f"the rule files hold more than {limit} in all; precaudit reads no more")
 
 
@@ -298,7 +311,7 @@ def _add(raw: dict, data: dict, path: Path, lines: dict[str, int], allow_overrid
         raw[rule_id] = (data, path, where)
         return
     base, base_path, base_where = raw[rule_id]
-    if not allow_override or "name" in data and data["name"] != base.get("name"):
+    if not allow_override or ("name" in data and data["name"] != base.get("name")):
         raise InputError(str(path), f"rule id {rule_id} is already defined in {base_path}", lines.get("id", 1))
     for key in data:
         if key not in ("id", "name", *_OVERRIDABLE):
@@ -364,7 +377,7 @@ def _check_params(params: Any, fail) -> None:
         if isinstance(value, str):
             if len(value) > MAX_PARAM_CHARS:
                 raise fail(f"param '{name}' is a string of {len(value)} characters; at most {MAX_PARAM_CHARS}")
-        elif isinstance(value, bool) or isinstance(value, float):
+        elif isinstance(value, (bool, float)):
             pass
         elif isinstance(value, int):
             if not -_PARAM_INT <= value < _PARAM_INT:
@@ -446,7 +459,8 @@ def _build(data: dict, path: Path, where: dict[str, tuple[str, int]]) -> Rule:
                 source=str(path), pattern=pattern, where=where,
                 repair=data["repair"] if isinstance(data.get("repair"), str) else None,
                 no_repair=data["repair"]["none"].strip() if isinstance(data.get("repair"), dict) else None,
-                keep_instead=isinstance(data.get("repair"), dict) and data["repair"].get("keep-fp32", False))
+                keep_instead=isinstance(data.get("repair"), dict) and data["repair"].get("keep-fp32", False),
+                tests=data.get("tests"))
 
 
 def _template(data: dict, key: str, fail) -> set[str]:

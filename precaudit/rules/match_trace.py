@@ -55,8 +55,8 @@ def _no_site(graph: Graph, kind: str, node_glob: str) -> list[str]:
         if kind == "angle" and node.op_type in ("Sin", "Cos"):
             made = producer(node.input(0))
             what = f"{made.op_type} '{made.name}'" if made is not None else "a graph input or a constant"
-            lines.append(f"  node '{node.name}' ({node.op_type}) reads {what}: no product of integers (a Range, a "
-                         f"CumSum of ones, a Cast of integers) and constant frequencies, so no angle made from positions")
+            lines.append(f"  node '{node.name}' ({node.op_type}) reads {what}: no value made from integers (a Range, "
+                         f"a CumSum of ones, a Cast of integers) and constants alone, so no angle made from positions")
         elif kind == "guard" and node.op_type in _GUARDED_OPS:
             made = producer(guarded_input(node))
             what = f"{made.op_type} '{made.name}'" if made is not None else "a graph input or a constant"

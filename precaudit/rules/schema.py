@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["rule_schema", "render_schema"]
+__all__ = ["EXAMPLE_KEYS", "EXAMPLE_REQUIRED", "render_schema", "rule_schema"]
+
+# One example in a rule's tests (precaudit test runs each): the model, check's options, the nodes it fires at.
+EXAMPLE_KEYS = ("model", "args", "fires")
+EXAMPLE_REQUIRED = ("model", "fires")
 
 
 def rule_schema() -> dict[str, Any]:
@@ -35,12 +39,28 @@ def rule_schema() -> dict[str, Any]:
                              {"type": "object", "required": ["none"], "additionalProperties": False,
                               "properties": {"none": {"type": "string", "minLength": 1},
                                              "keep-fp32": {"type": "boolean"}}}]},
+        "tests": {"type": "array", "items": _example(),
+                  "description": "the rule's own examples, run by `precaudit test RULES_DIR`"},
     }
     assert set(properties) == set(_REQUIRED) | set(_OPTIONAL)  # the loader's keys, no more, no fewer
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "title": "precaudit rule file", "type": "object",
             "required": list(_REQUIRED), "additionalProperties": False, "properties": properties,
             "anyOf": [{"required": ["sites"]}, {"required": ["pattern"]}]}
+
+
+def _example() -> dict[str, Any]:
+    properties = {
+        "model": {"type": "string", "pattern": r"^(?![/\\])[\s\S]*\.onnx(?![\s\S])",
+                  "description": "an ONNX file, relative to the rule file, inside the rule folder"},
+        "args": {"type": "array", "items": {"type": "string"},
+                 "description": "check's options for this example (default --dtype fp16)"},
+        "fires": {"type": "array", "items": {"type": "string", "minLength": 1}, "uniqueItems": True,
+                  "description": "every node where the rule must fire; [] where it must stay quiet"},
+    }
+    assert tuple(properties) == EXAMPLE_KEYS
+    return {"type": "object", "required": list(EXAMPLE_REQUIRED), "additionalProperties": False,
+            "properties": properties}
 
 
 def render_schema() -> str:

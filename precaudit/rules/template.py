@@ -8,12 +8,13 @@ loaded; render leaves a field check_template would refuse as written.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 from .condition import MAX_INT_BITS, ConditionError, short
 
-__all__ = ["check_template", "render", "MAX_TEMPLATE_CHARS", "MAX_FIELDS", "MAX_WIDTH", "MAX_PRECISION"]
+__all__ = ["MAX_FIELDS", "MAX_PRECISION", "MAX_TEMPLATE_CHARS", "MAX_WIDTH", "check_template", "render"]
 
 MAX_TEMPLATE_CHARS = 4000   # a message or fix (the longest shipped one has 334 characters)
 MAX_FIELDS = 64             # {fields} in one message or fix

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .base import Fact, Kernel, Runtime, version_key
 
-__all__ = ["Fact", "Kernel", "Runtime", "RUNTIME_NAMES", "runtime_named", "runtime_classes"]
+__all__ = ["RUNTIME_NAMES", "Fact", "Kernel", "Runtime", "runtime_classes", "runtime_named"]
 
 # as --runtime spells them, in the order the docs and the deployment matrix list them
 RUNTIME_NAMES = ("ort-cpu", "ort-cuda", "ort-webgpu", "ort-dml", "ort-qnn", "tensorrt", "openvino-cpu",

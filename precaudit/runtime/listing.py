@@ -8,7 +8,7 @@ from typing import Any
 from . import RUNTIME_NAMES, runtime_classes
 from .base import Fact, Runtime
 
-__all__ = ["render_runtimes_text", "render_runtimes_json", "runtimes_page"]
+__all__ = ["render_runtimes_json", "render_runtimes_text", "runtimes_page"]
 
 _RUNS = {"onnx": "ONNX files", "torch": "PyTorch modules"}
 

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ..dtypes import Format
     from ..ir import Graph, Node, Value
 
-__all__ = ["OpenVinoCpu", "STOPS", "BF16_KERNELS", "POST_OPS"]
+__all__ = ["BF16_KERNELS", "POST_OPS", "STOPS", "OpenVinoCpu"]
 
 # where EnforceInferencePrecision's walk back from the outputs stops (graph.cpp's list, as the ONNX ops that become
 # those nodes): what lies beyond one of them is not the tail
@@ -156,7 +156,7 @@ class OpenVinoCpu(Runtime):
         ends = parts.ends.get(id(node))
         if ends is None and (node.op_type not in BF16_KERNELS or id(node) in parts.inner):
             return None
-        if ends or held.name == "fp32" and any(v is not None and v in graph.outputs for v in node.outputs):
+        if ends or (held.name == "fp32" and any(v is not None and v in graph.outputs for v in node.outputs)):
             return None
         return "bf16"
 

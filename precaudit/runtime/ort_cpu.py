@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..dtypes import Format
     from ..ir import Graph, Node, Value
 
-__all__ = ["OrtCpu", "FP16_KERNELS", "WIDENING_NORMS"]
+__all__ = ["FP16_KERNELS", "WIDENING_NORMS", "OrtCpu"]
 
 _MS = "com.microsoft"
 # (domain, op) with a float16 kernel on the CPU EP (measured, 1.32.0): data movement, comparisons, min/max/clip/round
@@ -103,7 +103,7 @@ def _fp16_kernel(node: Node) -> bool:
 
 
 def _wrapped(node: Node, graph: Graph) -> bool:
-    return _needs_casts(node) or (node.domain or "", node.op_type) not in WIDENING_NORMS and _isolated(node, graph)
+    return _needs_casts(node) or ((node.domain or "", node.op_type) not in WIDENING_NORMS and _isolated(node, graph))
 
 
 def _isolated(node: Node, graph: Graph) -> bool:

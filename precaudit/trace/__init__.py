@@ -13,14 +13,14 @@ from ..ir import Graph
 from ..options import TraceOptions
 from .blocks import attach_block_probes, block_sites
 from .emulator import Emulator
-from .limits import check_loop_trips
 from .inputs import iter_batches
+from .limits import check_loop_trips
 from .measure import attach_probes
 from .profile import TraceProfile, build_profile
 from .progress import progress_bar
 from .sites import first_nonfinite_site, hazard_sites, norm_sites, op_sites, silent_failure_sites, value_sites
 
-__all__ = ["traced_sites", "TraceRun"]
+__all__ = ["TraceRun", "traced_sites"]
 
 
 @dataclass

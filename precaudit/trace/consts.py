@@ -11,7 +11,7 @@ from .fallback import as_float, as_reference
 from .plan import Plan
 from .rounding import round_into
 
-__all__ = ["ConstStore", "HOLD_BYTES", "SMALL_CONST_BYTES"]
+__all__ = ["HOLD_BYTES", "SMALL_CONST_BYTES", "ConstStore"]
 
 # Weights a run keeps from one sample to the next (rounded copies, onnxruntime segments with their weights): the
 # first ones met, up to this many bytes; the rest are read again, from the file, in every sample. The last sample
@@ -50,7 +50,7 @@ class ConstStore:
     def drop(self, values: list[Value]) -> None:
         """Constants no later step reads, unless kept for the next sample."""
         for value in values:
-            if id(value) not in self._held or self.final and id(value) not in self._small:
+            if id(value) not in self._held or (self.final and id(value) not in self._small):
                 self.pairs.pop(id(value), None)
 
     def may_hold(self, nbytes: int) -> bool:

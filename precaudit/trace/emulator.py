@@ -10,7 +10,7 @@ stretches of them run on onnxruntime (ort_engine.py) where it is installed, the 
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -5,20 +5,30 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import numpy as np
 
-from ..errors import InputError
 from ..dims import check_dim_names, dim_key
 from ..dtypes import COMPUTED
+from ..errors import InputError
 from ..ir import Graph, Value
 from ..options import TraceOptions
 from .npz import read_npz
 
-__all__ = ["load_inputs", "synthesize_inputs", "resolve_shape", "BATCH_DEFAULT", "DIM_DEFAULT", "InputSource",
-           "input_batches", "iter_batches", "is_mask", "MASK_ROWS"]
+__all__ = [
+    "BATCH_DEFAULT",
+    "DIM_DEFAULT",
+    "MASK_ROWS",
+    "InputSource",
+    "input_batches",
+    "is_mask",
+    "iter_batches",
+    "load_inputs",
+    "resolve_shape",
+    "synthesize_inputs",
+]
 
 BATCH_DEFAULT = 1  # a symbolic dim whose name mentions "batch", or the first dim of an input
 DIM_DEFAULT = 16  # every other symbolic or unknown dim (sequence length, ...)
@@ -55,7 +65,7 @@ def resolve_shape(value: Value, dims: dict[str, int], guessed: dict[str, int] | 
         if key in dims:
             shape.append(dims[key])
             continue
-        size = batch if i == 0 or isinstance(d, str) and "batch" in d.lower() else DIM_DEFAULT
+        size = batch if i == 0 or (isinstance(d, str) and "batch" in d.lower()) else DIM_DEFAULT
         shape.append(size)
         if guessed is not None:
             guessed[key] = size
@@ -283,7 +293,7 @@ def _checked(value: Value, array: np.ndarray, path: str) -> np.ndarray:
                 raise InputError(path, f"input '{value.name}': dim {i} is {got}, the model expects {want} "
                                        f"({_shape_text(value.shape)})")
     is_float = value.dtype in _FLOAT
-    if is_float and array.dtype.kind not in "fiu" or not is_float and array.dtype.kind not in "iub":
+    if (is_float and array.dtype.kind not in "fiu") or (not is_float and array.dtype.kind not in "iub"):
         raise InputError(path, f"input '{value.name}': array of {array.dtype} where the model expects {value.dtype}")
     if is_float:  # numpy.savez writes float64 by default: the model's input dtype is what it runs on
         want = _NP_FLOAT.get(value.dtype or "")

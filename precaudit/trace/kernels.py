@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from ..dtypes import COMPUTED, format_of_onnx_type
 from ..ir import Node
 
-__all__ = ["KernelContext", "KERNELS", "erf"]
+__all__ = ["KERNELS", "KernelContext", "erf"]
 
 Arrays = list  # list[np.ndarray | None]: a node's inputs in order, None for an omitted optional input
 
@@ -163,7 +163,7 @@ def _skip_norm(rms: bool):
         r = ctx.round_stat
         eps = r(np.asarray(node.attr("epsilon", 1e-12), dtype=total.dtype))
         if rms:
-            mean = np.zeros(total.shape[:-1] + (1,), dtype=total.dtype)
+            mean = np.zeros((*total.shape[:-1], 1), dtype=total.dtype)
             centred = total
         else:
             mean = r(np.mean(total, axis=-1, keepdims=True))
@@ -289,7 +289,7 @@ def _const_of_shape(node, args, ctx):
         from onnx import numpy_helper
 
         fill = numpy_helper.to_array(value).reshape(())
-        fill = fill.astype(ctx.float_dtype) if fill.dtype.kind == "f" or fill.dtype.kind == "V" else fill
+        fill = fill.astype(ctx.float_dtype) if fill.dtype.kind in {"f", "V"} else fill
     return [np.full(_ints(args[0]), fill, dtype=fill.dtype)]
 
 
@@ -454,8 +454,8 @@ def _batchnorm(node, args, ctx):
 
 # onnxruntime's contrib norms, common in fp16 models its optimizer fused; their kernels keep float32 statistics.
 MS_KERNELS: dict[str, Callable[[Node, Arrays, KernelContext], list]] = {
-    "LayerNormalization": lambda node, args, ctx: _layernorm(node, args, ctx),
-    "SimplifiedLayerNormalization": lambda node, args, ctx: _rmsnorm(node, args, ctx),
+    "LayerNormalization": _layernorm,
+    "SimplifiedLayerNormalization": _rmsnorm,
     "SkipLayerNormalization": _skip_norm(rms=False),
     "SkipSimplifiedLayerNormalization": _skip_norm(rms=True),
 }

@@ -10,7 +10,7 @@ from ..analysis.constants import resolve_scalar
 from ..errors import InputError
 from ..ir import Graph, Node
 
-__all__ = ["MAX_TENSOR_ELEMENTS", "MAX_LOOP_TRIPS", "check_loop_trips", "check_made_size", "made_elements"]
+__all__ = ["MAX_LOOP_TRIPS", "MAX_TENSOR_ELEMENTS", "check_loop_trips", "check_made_size", "made_elements"]
 
 
 # The largest tensor a node whose output size comes from its inputs' values may make in traced mode, checked

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import InputError
 from ..files import open_regular
 
-__all__ = ["read_npz", "MAX_NPZ_BYTES", "MAX_NPZ_MEMBERS"]
+__all__ = ["MAX_NPZ_BYTES", "MAX_NPZ_MEMBERS", "read_npz"]
 
 MAX_NPZ_BYTES = 1 << 30  # 1 GiB of arrays per file: a batch of inputs, not a data set
 MAX_NPZ_MEMBERS = 1024

@@ -6,7 +6,8 @@ inside it; the outer values a body reads by name are fed to the segment's sessio
 
 from __future__ import annotations
 
-from typing import Generator, cast
+from collections.abc import Generator
+from typing import cast
 
 import numpy as np
 import onnx

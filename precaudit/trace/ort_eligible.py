@@ -10,7 +10,7 @@ from .ort_nodes import DOMAINS, ROUND_TO
 from .plan import Plan
 from .spec import ComputeSpec
 
-__all__ = ["refusal", "const_is_shared", "shared_values", "measured_values"]
+__all__ = ["const_is_shared", "measured_values", "refusal", "shared_values"]
 
 # Ops whose output size comes from these inputs' values: onnxruntime would allocate whatever they ask (8 GB for a
 # Range to 2**31 read from an int64 input), so where those values come from the graph's input data (not from shapes,

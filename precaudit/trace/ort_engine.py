@@ -76,10 +76,10 @@ class OrtSegments:
         self._feeder = WeightFeeder()
         self._builder = SegmentBuilder(plan, runner, self._feeder)
         # a segment's values are measured on a second thread while the next segment runs on onnxruntime
-        self._worker: "ThreadPoolExecutor | None" = None
-        self._pending: "Future[None] | None" = None
+        self._worker: ThreadPoolExecutor | None = None
+        self._pending: Future[None] | None = None
         # one RunOptions for every segment's runs, so one timer per sample can stop whichever is running (--timeout)
-        self._run_options: "ort.RunOptions | None" = None
+        self._run_options: ort.RunOptions | None = None
         self._stopper: _Stopper | None = None
 
     # ---- running -------------------------------------------------------------------------------------------
@@ -158,7 +158,7 @@ class OrtSegments:
             self._stopper = None
             self._options().terminate = False
 
-    def _options(self) -> "ort.RunOptions":
+    def _options(self) -> ort.RunOptions:
         if self._run_options is None:
             import onnxruntime as ort
 

@@ -10,8 +10,18 @@ from ..dtypes import FORMATS, Format
 from ..ir import Node
 from .fallback import as_reference
 
-__all__ = ["ROUND_TO", "NARROW_FORMAT", "NARROW", "DOMAINS", "round_trip", "float32_attrs",
-           "reference_array", "contiguous", "inference_inputs", "first_line"]
+__all__ = [
+    "DOMAINS",
+    "NARROW",
+    "NARROW_FORMAT",
+    "ROUND_TO",
+    "contiguous",
+    "first_line",
+    "float32_attrs",
+    "inference_inputs",
+    "reference_array",
+    "round_trip",
+]
 
 # Formats a Cast pair rounds into; fp8 stays on numpy (onnxruntime's Cast saturates by default, and needs opset 19).
 ROUND_TO = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
@@ -32,10 +42,11 @@ def float32_attrs(node: Node) -> dict:
     attrs = {}
     for key, value in node.attrs.items():
         if key in ("to", "dtype") and isinstance(value, int) and value in NARROW:
-            value = TensorProto.FLOAT
+            attrs[key] = TensorProto.FLOAT
         elif isinstance(value, TensorProto) and value.data_type in NARROW:
-            value = numpy_helper.from_array(reference_array(numpy_helper.to_array(value)), value.name)
-        attrs[key] = value
+            attrs[key] = numpy_helper.from_array(reference_array(numpy_helper.to_array(value)), value.name)
+        else:
+            attrs[key] = value
     return attrs
 
 

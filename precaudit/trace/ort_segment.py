@@ -28,7 +28,7 @@ from .plan import Plan, Runner, Step
 if TYPE_CHECKING:
     import onnxruntime as ort
 
-__all__ = ["Segment", "SegmentBuilder", "EMBED_BYTES"]
+__all__ = ["EMBED_BYTES", "Segment", "SegmentBuilder"]
 
 _DEFAULT_OPSET = {"": 17, "com.microsoft": 1}
 # constants up to this many bytes (as the reference holds them) are in the session; larger ones are fed when it runs
@@ -41,12 +41,12 @@ class Segment:
 
     start: int
     end: int
-    session: "ort.InferenceSession"
+    session: ort.InferenceSession
     ref_feeds: list[tuple[str, int]]  # (graph input name, value id) fed from the reference env
     emu_feeds: list[tuple[str, int]]  # the same from the emulated env
     fetch: list[tuple[str, int, bool]]  # (output name, value id, emulated?)
     # quiet: a failed run falls back to numpy, which says what went wrong in one line
-    run_options: "ort.RunOptions | None" = None
+    run_options: ort.RunOptions | None = None
     weights: list[tuple[str, Value]] = field(default_factory=list)  # (input name, constant) fed at each run
     # (weight's input name, clamped copy's input name, clamp): a weight the --converter's clamp changes, fed clamped
     # beside itself for the emulated run
@@ -72,7 +72,7 @@ class SegmentBuilder:
         self.measured = measured_values(plan)
         self.opsets = _opset_imports(plan.graph)
 
-    def build(self, start: int, end: int, emu: dict, ref: dict, run_options: "ort.RunOptions") -> Segment:
+    def build(self, start: int, end: int, emu: dict, ref: dict, run_options: ort.RunOptions) -> Segment:
         """The segment of steps start to end; raises where onnxruntime refuses it."""
         draft = _Draft(self, self.plan.steps[start:end], emu, ref)
         for step in self.plan.steps[start:end]:
@@ -222,7 +222,7 @@ class _Draft:
         return model
 
 
-def _session(model: onnx.ModelProto) -> "ort.InferenceSession":
+def _session(model: onnx.ModelProto) -> ort.InferenceSession:
     import onnxruntime as ort
 
     options = ort.SessionOptions()

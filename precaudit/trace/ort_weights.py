@@ -24,9 +24,9 @@ class WeightFeeder:
 
     def __init__(self) -> None:
         # a one-Cast session, made when the first float16 weight is fed
-        self._widener: "ort.InferenceSession | Literal[False] | None" = None
+        self._widener: ort.InferenceSession | Literal[False] | None = None
         # per narrow type, a Cast-pair session that rounds weights
-        self._rounders: dict[int, "ort.InferenceSession | Literal[False]"] = {}
+        self._rounders: dict[int, ort.InferenceSession | Literal[False]] = {}
         self._clamp_changes: dict[int, bool] = {}  # per weight under a --converter clamp: does the clamp change it
 
     def feeds(self, weights: list[tuple[str, Value]], clamps: list[tuple[str, str, Clamp]],
@@ -94,7 +94,7 @@ class WeightFeeder:
         return known
 
 
-def _caster(casts: list[tuple[int, int]]) -> "ort.InferenceSession | Literal[False]":
+def _caster(casts: list[tuple[int, int]]) -> ort.InferenceSession | Literal[False]:
     """A session of Casts x → y (each (from, to)) without an arena: its outputs are precaudit's arrays (the widener
     of float16 weights, the rounders of float32 ones); False where onnxruntime will not build it (numpy does it then)."""
     import onnxruntime as ort

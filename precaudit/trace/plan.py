@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from .kernels import KERNELS, MS_KERNELS, KernelContext
 from .qdq import QDQ_KERNELS, TRT_KERNELS
 from .spec import ComputeSpec, compute_spec, kernel_context
 
-__all__ = ["Plan", "Step", "Hook", "Runner"]
+__all__ = ["Hook", "Plan", "Runner", "Step"]
 
 # hook(ref_args, emu_args, ref_outs, emu_outs): a measurement taken while a node's inputs are still alive
 Hook = Callable[[list, list, list, list], None]

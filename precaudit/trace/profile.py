@@ -10,7 +10,7 @@ from ..analysis.sites.base import Site
 from ..ir import Graph
 from .stats import ValueStats
 
-__all__ = ["ValuePoint", "NormPoint", "TraceProfile", "build_profile"]
+__all__ = ["NormPoint", "TraceProfile", "ValuePoint", "build_profile"]
 
 
 @dataclass(frozen=True, slots=True)

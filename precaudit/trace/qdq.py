@@ -10,14 +10,13 @@ returned as its own numpy dtype, as onnxruntime gives it, for the dequantizing n
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
 
 from ..analysis.quantized import block_attr
-from ..dtypes import COMPUTED, ELEMENTS, FORMATS, Format, format_of_onnx_type, quantize, quantize_blocks, \
-    round_elements
+from ..dtypes import COMPUTED, ELEMENTS, FORMATS, Format, format_of_onnx_type, quantize, quantize_blocks, round_elements
 from ..ir import Node
 from .kernels import KernelContext
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..dtypes import Format, quantize
 
-__all__ = ["round_into", "round_fp16"]
+__all__ = ["round_fp16", "round_into"]
 
 
 def round_into(array: np.ndarray, fmt: Format | None) -> np.ndarray:

@@ -9,20 +9,21 @@ from typing import Any
 import numpy as np
 
 from ..analysis.compute_dtype import ComputeDtype, DtypeResolver
+from ..analysis.constants import is_constant
 from ..analysis.sites.angle import angle_site
 from ..analysis.sites.base import Site
 from ..analysis.sites.facts import dtype_facts
 from ..analysis.sites.integer_float import integer_site
+
 # feeding_op and selected_by_where_only: one definition of "what feeds this" and "only a Where branch", shared
 # with static mode so both modes judge a node alike
 from ..analysis.sites.walks import feeding_op, selected_by_where_only
-from ..analysis.constants import is_constant
 from ..dtypes import Format
 from ..ir import Graph, Node, Value, implicit_inputs
 from .measure import WATCHED_INPUT, Probes
 from .stats import ValueStats
 
-__all__ = ["silent_failure_sites", "value_sites", "norm_sites", "op_sites", "hazard_sites", "first_nonfinite_site"]
+__all__ = ["first_nonfinite_site", "hazard_sites", "norm_sites", "op_sites", "silent_failure_sites", "value_sites"]
 
 _CHAIN_SHOWN = 8  # nodes of the chain to the outputs printed before eliding the middle
 
@@ -65,7 +66,7 @@ def _constant_overflows(node: Node, fmt: Format) -> bool:
             while not value.is_const:  # through the Cast/Expand/Reshape to the stored constant
                 producer = value.producer
                 assert producer is not None  # is_constant: moves all the way down to a stored constant
-                value = producer.input(0)
+                value = producer.input(0)  # noqa: PLW2901 -- walks down to the constant it checks
                 assert value is not None  # (the same)
             data = value.const()
             if data is not None and data.dtype.kind == "f" and data.size and \
@@ -282,7 +283,8 @@ def _chain_to_output(start: Value, bad: set[int], outputs: dict[int, Value]) -> 
         value, path = queue.popleft()
         if id(value) in outputs:
             return path, value
-        for user in value.consumers:
+        for reader in value.consumers:
+            user = reader
             while user.parent is not None:  # read inside an If/Loop/Scan body: it flows on through that node
                 user = user.parent
             for out in user.outputs:

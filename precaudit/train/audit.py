@@ -18,7 +18,7 @@ from .regimes import REGIMES, regime_named
 if TYPE_CHECKING:
     from ..context import Audit
 
-__all__ = ["TrainOptions", "run_train_audit", "MAX_STEPS"]
+__all__ = ["MAX_STEPS", "TrainOptions", "run_train_audit"]
 
 # The audit is about the first steps of a run (the loss scale, the first inf/NaN, updates that do not land), and
 # each step is several forward and backward passes, the regime's emulated op by op (GPT-2 small: some 25 s); more

@@ -21,7 +21,7 @@ from ..frontends.user_code import user_code
 from .factory import TrainSetup
 from .regimes import Regime
 
-__all__ = ["Captured", "capture", "capture_pair", "LOW"]
+__all__ = ["LOW", "Captured", "capture", "capture_pair"]
 
 
 _FAILED = ("torch.export could not capture the loss ({}); data-dependent control flow in forward() or the loss_fn "

@@ -26,7 +26,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["RoundingMode", "SameDrawsMode", "Recorder", "Event", "run_loss", "all_finite", "LOW_DTYPES"]
+__all__ = ["LOW_DTYPES", "Event", "Recorder", "RoundingMode", "SameDrawsMode", "all_finite", "run_loss"]
 
 LOW_DTYPES = (torch.float16, torch.bfloat16)
 _META_FAILED = object()
@@ -85,15 +85,14 @@ class Recorder:
                 self._watch_max(outs)
             return
         full = len(self.events) >= _MAX_EVENTS
-        if full and not watch or not outs:
+        if (full and not watch) or not outs:
             return
         bad = []
         for t in outs:
             if watch and t.dtype in LOW_DTYPES:
                 finite, absmax = _finite_absmax(t)
                 # an inf counts (no scale keeps that backward finite); a NaN compares False and does not
-                if absmax > self.backward_low_max:
-                    self.backward_low_max = absmax
+                self.backward_low_max = max(self.backward_low_max, absmax)
             else:
                 finite = all_finite(t)
             if not finite:
@@ -115,13 +114,11 @@ class Recorder:
                                  str(t.dtype).replace("torch.", ""), float((~torch.isfinite(t)).float().mean()),
                                  max((_finite_absmax(i)[1] for i in ins), default=0.0)))
 
-
     def _watch_max(self, outs: list[torch.Tensor]) -> None:
         for t in outs:
             if t.dtype in LOW_DTYPES:
-                absmax = _finite_absmax(t)[1]
-                if absmax > self.backward_low_max:  # a NaN compares False: it sets no top
-                    self.backward_low_max = absmax
+                # max keeps its first argument where the other is NaN: a NaN sets no top
+                self.backward_low_max = max(self.backward_low_max, _finite_absmax(t)[1])
 
 
 def _metadata(node: Any) -> dict:
@@ -150,7 +147,7 @@ def _finite_absmax(t: torch.Tensor) -> tuple[bool, float]:
     except RuntimeError:  # a dtype with no aminmax kernel (float8): the same answer through float32
         low, high = torch.aminmax(t.detach().float())
     lo, hi = float(low), float(high)
-    if lo != lo:
+    if math.isnan(lo):
         return False, math.nan
     return math.isfinite(lo) and math.isfinite(hi), max(-lo, hi)
 

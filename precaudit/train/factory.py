@@ -15,8 +15,9 @@ builds its own copies for each run, so the user's objects are never stepped.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
@@ -26,7 +27,7 @@ from ..errors import InputError
 from ..files import check_regular
 from ..frontends.user_code import safe_str, user_code
 
-__all__ = ["TrainSetup", "OptimizerSpec", "load_setup", "setup_of", "MODELLED_OPTIMIZERS", "LossModule"]
+__all__ = ["MODELLED_OPTIMIZERS", "LossModule", "OptimizerSpec", "TrainSetup", "load_setup", "setup_of"]
 
 # The optimizers whose step the audit reproduces (their update rule and where eps enters are known to it).
 MODELLED_OPTIMIZERS = ("SGD", "Adam", "AdamW")

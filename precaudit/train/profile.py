@@ -25,7 +25,7 @@ class GradientProfile:
     points: list[ValuePoint] = field(default_factory=list)
 
     @staticmethod
-    def of(result, inputs_from: str) -> "GradientProfile":
+    def of(result, inputs_from: str) -> GradientProfile:
         """From a StepResult (train/step.py)."""
         s = result.scale
         points = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Regime", "Scaler", "REGIMES", "regime_named"]
+__all__ = ["REGIMES", "Regime", "Scaler", "regime_named"]
 
 
 @dataclass(frozen=True)

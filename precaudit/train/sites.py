@@ -197,10 +197,10 @@ def _loss_scale_site(result: StepResult, inputs_from: str) -> Site:
     init = result.scale_start
     skipped = growth = 0
     if largest is not None and init > largest:
-        skipped = int(round(math.log2(init / largest)))
+        skipped = round(math.log2(init / largest))
     if smallest is not None and init < smallest:
         interval = regime.scaler.growth_interval if regime.scaler else 0
-        growth = int(round(math.log2(smallest / init))) * interval
+        growth = round(math.log2(smallest / init)) * interval
     total = sum(p.ref_nonzero for p in result.params) or 1
     at_start = result.params if result.scale == init else []
     lost_start = sum(p.lost_elements for p in at_start) / total

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ParamStats", "Agreement", "KEEP_FRACTION", "NOISE_CHECK_COSINE", "REF_NOISE_COSINE", "UNDERFLOW_COSINE",
-           "window", "top_scale", "lost_share", "subnormal_share"]
+__all__ = ["KEEP_FRACTION", "NOISE_CHECK_COSINE", "REF_NOISE_COSINE", "UNDERFLOW_COSINE", "Agreement", "ParamStats",
+           "lost_share", "subnormal_share", "top_scale", "window"]
 
 KEEP_FRACTION = 0.999  # the loss-scale window's bottom keeps this share of the reference's nonzero gradient elements
 NOISE_CHECK_COSINE = 0.999  # a regime gradient this far from float32's has float32's checked against float64
@@ -75,7 +75,7 @@ class Agreement:
     def __init__(self, g: torch.Tensor):
         self.scale, self.unit, self.norm = _unit(g)
 
-    def against(self, other: "Agreement") -> tuple[float | None, float | None]:
+    def against(self, other: Agreement) -> tuple[float | None, float | None]:
         """The cosine of other against this, and |other - this| / |this|; None where this is 0 or either is not
         finite. The relative error from the norms and the dot product: |b - a|^2 = |b|^2 + |a|^2 - 2 a.b."""
         if not (self.scale > 0 and math.isfinite(self.scale) and math.isfinite(other.scale)):
@@ -134,7 +134,7 @@ def window(ref_grads: dict[str, torch.Tensor | None], backward_max: float, low) 
     as it is), and top_scale."""
     # frexp: |g| = m * 2**e with m in [0.5, 1); g * 2**k is nonzero in the low dtype when e + k >= log2 of its
     # smallest subnormal (g * 2**k > half of it; the exact tie rounds to 0)
-    floor = int(round(math.log2(low.smallest_subnormal)))
+    floor = round(math.log2(low.smallest_subnormal))
     counts: dict[int, int] = {}
     total = 0
     for g in ref_grads.values():

@@ -26,10 +26,9 @@ from .capture import Captured, capture, capture_pair
 from .emulate import Event, Recorder, RoundingMode, SameDrawsMode, all_finite, run_loss
 from .factory import TrainSetup
 from .regimes import Regime
-from .stats import (KEEP_FRACTION, NOISE_CHECK_COSINE, Agreement, ParamStats, lost_share, subnormal_share,
-                    window)
+from .stats import KEEP_FRACTION, NOISE_CHECK_COSINE, Agreement, ParamStats, lost_share, subnormal_share, window
 
-__all__ = ["StepResult", "run_steps", "reference_events", "float64_gradients"]
+__all__ = ["StepResult", "float64_gradients", "reference_events", "run_steps"]
 
 Grads = dict[str, torch.Tensor | None]
 
@@ -218,8 +217,8 @@ class _Run:
         """Whether the run's gradient may have lost to underflow what a larger scale keeps: one points elsewhere
         than float32's or loses elements to 0, or the float32 gradients' smallest elements need a larger scale."""
         smallest = self.result.window[0]
-        return smallest is not None and smallest > scale or any(
-            p.cosine is not None and p.cosine < NOISE_CHECK_COSINE or p.underflow_scaled > 1 - KEEP_FRACTION
+        return (smallest is not None and smallest > scale) or any(
+            (p.cosine is not None and p.cosine < NOISE_CHECK_COSINE) or p.underflow_scaled > 1 - KEEP_FRACTION
             for p in self.result.params)
 
     def _compare(self, unscaled: Grads, trains: Grads, scale: float) -> None:

@@ -1,5 +1,5 @@
-"""Angle sites: a Sin or Cos of an angle made from integers (position x frequency), against the spacing of the
-format at its size."""
+"""Angle sites: a Sin or Cos of an angle made from integers (position x frequency, or any arithmetic on positions
+by constants), against the spacing of the format at its size."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _spacing(bound: float, fmt: Format) -> float:
 
 
 def angle_site(node: Node, resolver: DtypeResolver) -> Site | None:
-    """A Sin or Cos of an angle made from integers (position x frequency), with the bound the graph fixes."""
+    """A Sin or Cos of an angle made from integers and constants, with the bound the graph fixes."""
     angle = angle_source(node.input(0), resolver.graph.dim_sizes)
     if angle is None:
         return None
@@ -32,11 +32,13 @@ def angle_site(node: Node, resolver: DtypeResolver) -> Site | None:
     if dtype is None:
         return None
     fmt = dtype.fmt
-    facts = {"op": node.op_type, "angle_from": angle.positions.kind, "position_bound": angle.positions.bound,
-             "max_frequency": angle.frequency, "angle_bound": angle.bound,
-             "angle_bound_text": f"at most {angle.bound:.6g} rad{sized_by(angle.positions.sized_by)}" if angle.bound else
-             "with no bound the shapes fix (the positions follow a symbolic dim)",
-             "angle_spacing": _spacing(angle.bound, fmt) if angle.bound else None,
+    if angle.bound is not None:
+        text = f"at most {angle.bound:.6g} rad{sized_by(angle.positions.sized_by)}"
+    else:
+        text = f"with no bound the graph fixes (it follows {angle.positions.open or 'values the graph does not bound'})"
+    facts = {"op": node.op_type, "angle_from": angle.positions.kind, "angle_made": angle.made,
+             "position_bound": angle.positions.bound, "max_frequency": angle.frequency, "angle_bound": angle.bound,
+             "angle_bound_text": text, "angle_spacing": _spacing(angle.bound, fmt) if angle.bound else None,
              # from this |angle| on, neighbouring values are 1/8 rad apart or more
              "coarse_from": 0.125 / fmt.ulp_at_1, **dtype_facts(dtype, resolver)}
-    return Site("angle", node, facts, span=[angle.positions.node, maker, node])
+    return Site("angle", node, facts, span=[*angle.chain, node])

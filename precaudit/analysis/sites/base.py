@@ -13,7 +13,7 @@ from typing import Any
 from ...dtypes import FORMATS
 from ...ir import Node
 
-__all__ = ["Site", "FACT_NAMES", "PATTERN_FACTS", "OP_SITES"]
+__all__ = ["FACT_NAMES", "OP_SITES", "PATTERN_FACTS", "Site"]
 
 # Single ops audited for what they do with their input; the site kind is the lower-case op name.
 OP_SITES = {"Softmax", "LogSoftmax", "Log", "Sqrt", "Reciprocal", "Div", "Exp", "Pow"}
@@ -32,18 +32,21 @@ FACT_NAMES["div"] |= {"divisor_op", "divisor_class", "divisor_mask"}
 FACT_NAMES["reciprocal"] |= {"divisor_op", "divisor_class", "divisor_mask"}
 # Sums: how many elements each output adds up (unknown where a shape or the axes are), in which dtype.
 FACT_NAMES["reduction"] = {"op", "input_op", "in_norm_chain", "reduction_length", "reduction_axes", "swamp_length",
-                           "overflow_term", "exp_input", "exp_shifted", "exp_node", "sum_use", "exp_sum_overflow",
-                           "exp_terms", "exp_dtype", "exp_overflow", *_DTYPE_FACTS}
+                           "overflow_term", "exp_input", "exp_shifted", "exp_node", "exp_path", "sum_use",
+                           "exp_sum_overflow", "exp_terms", "exp_dtype", "exp_overflow", *_DTYPE_FACTS}
 # float32 weights (initializers, Constant tensors), measured against the dtype a conversion gives them: only with
 # --check-weights or --trace, the modes that read weights.
 FACT_NAMES["weight"] = {"op", "name", "source", "consumer", "elements", "nonzero", "absmax", "overflow_count",
                         "underflow_count", "underflow_fraction", "subnormal_fraction", *_DTYPE_FACTS}
 FACT_NAMES["pow"].add("exponent")
-# Sin and Cos of an angle made from integers (position x frequency); and a float that carries integers (a Range,
-# a CumSum of ones, a Cast of integer positions): how large the graph lets them get, against the format's spacing.
-FACT_NAMES["angle"] = {"op", "angle_from", "position_bound", "max_frequency", "angle_bound", "angle_bound_text",
-                       "angle_spacing", "coarse_from", *_DTYPE_FACTS}
-FACT_NAMES["integer_float"] = {"op", "integer_from", "int_bound", "bound_from", "exact_limit", *_DTYPE_FACTS}
+# Sin and Cos of an angle made from integers (position x frequency, or arithmetic on positions by constants:
+# angle_made says which); and a float that carries integers (a Range, a CumSum of ones, a Cast of integer
+# positions): how large the graph lets them get, against the format's spacing.
+FACT_NAMES["angle"] = {"op", "angle_from", "angle_made", "position_bound", "max_frequency", "angle_bound",
+                       "angle_bound_text", "angle_spacing", "coarse_from", *_DTYPE_FACTS}
+# compared_by: the comparison that reads counted positions (a Range, a CumSum of ones) to build a mask
+FACT_NAMES["integer_float"] = {"op", "integer_from", "int_bound", "int_bound_text", "bound_from", "compared_by",
+                               "mask_note", "exact_limit", *_DTYPE_FACTS}
 # An eps added to, or a floor (Max, Clip) on, what a division, a negative power, a Log or a Sqrt reads, outside any
 # norm: the site is the guard node, judged as a norm's eps is; guarded_class is the sign class of what it guards.
 FACT_NAMES["guard"] = {"op", "guard_op", "reader", "reader_op", "guarded_class", "reader_input_class",

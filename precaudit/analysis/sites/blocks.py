@@ -14,7 +14,7 @@ from ..quantized import GEMMS, BlockCounts, block_attr, gemm_axes
 from .base import Site
 from .facts import dtype_facts
 
-__all__ = ["find_block_weight_sites", "BLOCK_SITES"]
+__all__ = ["BLOCK_SITES", "find_block_weight_sites"]
 
 BLOCK_SITES = ("block_weight",)
 

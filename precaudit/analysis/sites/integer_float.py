@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...dtypes import FORMATS
 from ...ir import Node
 from ..compute_dtype import ComputeDtype, DtypeResolver
-from ..integers import integer_source
+from ..integers import compared_by, integer_source
 from .base import Site
 from .facts import dtype_facts
 
@@ -34,8 +34,20 @@ def integer_site(node: Node, resolver: DtypeResolver) -> Site | None:
         # integers are exact where made and rounded where read
         dtype = ComputeDtype(dtype.fmt, f"'{node.name}' computes in {made_in.fmt.long_name} ({made_in.reason}), "
                                         f"and its output is cast to {dtype.fmt.long_name} for its readers")
-    facts = {"op": node.op_type, "integer_from": source.kind, "int_bound": source.bound,
+    # positions the graph counts (a Range, a CumSum of ones) that a comparison reads build a mask (a causal mask's
+    # i > j): where neighbours merge the mask is wrong, whatever their bound; an integer input's values (0 and 1
+    # of an attention mask) are the user's
+    counts = source.kind.endswith(("Range", "CumSum of ones"))
+    compared = compared_by(node) if counts else None
+    if source.bound is not None:
+        text = f"up to {source.bound:.0f}{sized_by(source.sized_by)}"
+    else:
+        text = f"with no bound the graph fixes (they follow {source.open or 'values the graph does not bound'})"
+    facts = {"op": node.op_type, "integer_from": source.kind, "int_bound": source.bound, "int_bound_text": text,
              "bound_from": sized_by(source.sized_by),
+             "compared_by": f"{compared.op_type} '{compared.name}'" if compared is not None else None,
+             "mask_note": f"; {compared.op_type} '{compared.name}' compares them, so a mask built from them is "
+                          f"wrong where they merge" if compared is not None else "",
              # every integer up to 2**(mantissa bits + 1) is exact: float16 2048, bfloat16 256
              "exact_limit": 2 / dtype.fmt.ulp_at_1, **dtype_facts(dtype, resolver)}
     return Site("integer_float", node, facts)

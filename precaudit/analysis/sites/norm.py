@@ -79,7 +79,7 @@ def _norm_dtype(node: Node, spec: NormSpec, resolver: DtypeResolver) -> ComputeD
         return decided
     # a stash_type on an op whose spec has none comes from the torch frontend (PyTorch's float32 statistics)
     torch_stash = spec.stash_since is None and "stash_type" in node.attrs
-    if torch_stash or spec.stash_since is not None and (node.opset is None or node.opset >= spec.stash_since):
+    if torch_stash or (spec.stash_since is not None and (node.opset is None or node.opset >= spec.stash_since)):
         stash = node.attrs.get("stash_type")
         return resolver.of_stash(node, None if stash is None else int(stash), "")
     if spec.fp32_accumulate is not None and resolver.kept_by(node) is None:

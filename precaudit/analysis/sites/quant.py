@@ -17,7 +17,7 @@ from .base import Site
 from .facts import dtype_facts
 from .walks import feeding_op
 
-__all__ = ["find_quant_sites", "SCALE_INPUT", "QUANTIZERS"]
+__all__ = ["QUANTIZERS", "SCALE_INPUT", "find_quant_sites"]
 
 # Quantize and dequantize ops (ONNX, onnxruntime's com.microsoft, ModelOpt's trt) and the input holding their scale.
 SCALE_INPUT = {"QuantizeLinear": 1, "DequantizeLinear": 1, "TRT_FP8QuantizeLinear": 1, "TRT_FP8DequantizeLinear": 1,

@@ -8,7 +8,7 @@ import numpy as np
 from ...ir import Node, Value
 from ..constants import skip_casts
 
-__all__ = ["feeding_op", "scalar_of", "selected_by_where_only", "feeds_softmax", "softmax_after"]
+__all__ = ["feeding_op", "feeds_softmax", "scalar_of", "selected_by_where_only", "softmax_after"]
 
 
 def feeding_op(value: Value | None) -> str:
