@@ -181,7 +181,7 @@ def _scale_phrases(result: StepResult, p) -> dict[str, str]:
     if result.regime.low != "fp16":
         at_best = ""
     elif result.best_scale is not None:
-        at_best = f" at loss scale {result.best_scale:g}, the largest that keeps the backward finite"
+        at_best = f" at loss scale {result.best_scale:g} (the largest that keeps the backward finite)"
     else:
         at_best = f" at loss scale {result.scale:g}"
     return {"backed_off": backed_off, "direction_note": direction, "at_best": at_best}

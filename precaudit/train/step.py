@@ -190,7 +190,8 @@ class _Run:
         trains_at = self._trains_at(scale, largest)
         trains = applied if trains_at == scale else self._backward(loss, trains_at, retain=True)[0]
         self._compare(unscaled, trains, trains_at)
-        if largest is not None and largest > trains_at and self._in_doubt(trains_at):
+        # a static scale above the top (no GradScaler backs it off) overflows: the top is run to tell the rest
+        if largest is not None and (largest < trains_at or (largest > trains_at and self._in_doubt(trains_at))):
             best = self._backward(loss, largest, retain=False)[0]
             result.best_scale = largest
             for stats in result.params:
