@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fixtures.train_models import spec
+from precaudit.cli import main
 from tests.helpers import run_json
 
 pytestmark = pytest.mark.requires("torch")
@@ -63,3 +64,25 @@ def test_a_denoiser_whose_start_overflows_reports_the_direction_lost_where_it_tr
     assert "in amp-fp16 at loss scale 8192 (the largest that keeps the backward finite) has cosine 0.9756" in \
         skip["message"]
 
+
+def test_a_clean_report_says_what_was_checked(tmp_path, capsys):
+    args = ["train", spec("adam_eps_1e_4"), "--regime", "amp-bf16", "--select", "PA401,PA402,PA451,PA452,PA455"]
+    assert main([*args, "--trace"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "checked: the forward graph as amp-bf16 runs it (0 rules), the optimizer and the backward's bounds "
+        "(PA401, PA402); 1 amp-bf16 step traced against float32 on the factory's batch (seed 0, loss scale 1, "
+        "4 parameters: PA451, PA455)",
+        f"Found 0 findings in 1 model ({spec('adam_eps_1e_4')}): 0 errors, 0 warnings, 0 info."]
+    assert main(args) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "checked: the forward graph as amp-bf16 runs it (0 rules), the optimizer and the backward's bounds "
+        "(PA401, PA402); no step traced (--trace runs one: PA451, PA455)")
+    code, report = run_json(["train", spec("adam_eps_1e_4")], "--regime", "fp16", "--steps", "2", "--trace",
+                            "--select", "PA45,PA1", out_dir=tmp_path)
+    checked = report["settings"]["checked"]
+    assert report["results"] == [] and code == 0
+    assert {k: v for k, v in checked.items() if k != "text"} == {
+        "regime": "fp16", "forward_rules": 8, "static_rules": [], "traced": True, "steps": 2, "seed": 0,
+        "traced_rules": ["PA451", "PA452", "PA453", "PA454", "PA455", "PA456", "PA457"], "parameters": 4,
+        "loss_scale": 1.0, "inputs": "the factory's batch"}
