@@ -86,3 +86,14 @@ def test_a_clean_report_says_what_was_checked(tmp_path, capsys):
         "regime": "fp16", "forward_rules": 8, "static_rules": [], "traced": True, "steps": 2, "seed": 0,
         "traced_rules": ["PA451", "PA452", "PA453", "PA454", "PA455", "PA456", "PA457"], "parameters": 4,
         "loss_scale": 1.0, "inputs": "the factory's batch"}
+
+
+def test_a_static_scale_above_the_top_is_measured_at_the_top(tmp_path):
+    """--regime fp16 --loss-scale 65536: no GradScaler backs the overflowing scale off, so the backward is run at
+    the top (2^6) as well, where the branch weighted 1e-14 is still lost: the window is empty (PA452)."""
+    found = _findings(tmp_path, "two_heads_empty_window", "--regime", "fp16", "--loss-scale", "65536",
+                      "--select", "PA452")
+    assert set(found) == {("PA452", "loss scale")}
+    values = found[("PA452", "loss scale")]["values"]
+    assert (values["scale_init"], values["scale_max"], values["lost_top"]) == (65536.0, 64.0, 0.5)
+    assert values["params_top"] == "'branch.weight', 'branch.bias'"
