@@ -201,16 +201,18 @@ def _loss_scale_site(result: StepResult, inputs_from: str) -> Site:
     if smallest is not None and init < smallest:
         interval = regime.scaler.growth_interval if regime.scaler else 0
         growth = round(math.log2(smallest / init)) * interval
-    total = sum(p.ref_nonzero for p in result.params) or 1
-    at_start = result.params if result.scale == init else []
+    # a gradient that is rounding noise in float32 too (float64 says so) needs no scale: it is left out
+    params = [p for p in result.params if not p.ref_noise]
+    total = sum(p.ref_nonzero for p in params) or 1
+    at_start = params if result.scale == init else []
     lost_start = sum(p.lost_elements for p in at_start) / total
     top = result.best_scale is not None
-    lost_top = sum(round(p.underflow_best * p.ref_nonzero) for p in result.params) / total if top else 0.0
+    lost_top = sum(round(p.underflow_best * p.ref_nonzero) for p in params) / total if top else 0.0
     return Site("train_loss_scale", _node("loss scale", "GradScaler" if regime.scaler else "loss"), {
         "scale_init": init, "scale_min": smallest, "scale_max": largest, "top_measured": top,
         "window_empty": top and lost_top > 1 - KEEP_FRACTION, "lost_start": lost_start, "lost_top": lost_top,
         "params_start": _names(p.name for p in at_start if p.underflows()),
-        "params_top": _names(p.name for p in result.params if top and p.underflow_best > 1 - KEEP_FRACTION),
+        "params_top": _names(p.name for p in params if top and p.underflow_best > 1 - KEEP_FRACTION),
         "skipped_steps": skipped, "growth_steps": growth, "backward_max": result.backward_low_max,
         "keep_fraction": KEEP_FRACTION, "scaler": regime.scaler is not None, "inputs_from": inputs_from,
         **_regime_facts(regime, low)})

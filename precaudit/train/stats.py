@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["KEEP_FRACTION", "NOISE_CHECK_COSINE", "REF_NOISE_COSINE", "UNDERFLOW_COSINE", "Agreement", "ParamStats",
-           "lost_share", "subnormal_share", "top_scale", "window"]
+           "above_noise", "lost_share", "subnormal_share", "top_scale", "window"]
 
 KEEP_FRACTION = 0.999  # the loss-scale window's bottom keeps this share of the reference's nonzero gradient elements
 NOISE_CHECK_COSINE = 0.999  # a regime gradient this far from float32's has float32's checked against float64
@@ -50,7 +50,7 @@ class ParamStats:
     # against it — what underflow at the run's scale cost. Without that run: the run's own numbers
     cosine_best: float | None = None
     rel_error_best: float | None = None
-    underflow_best: float = 0.0
+    underflow_best: float = 0.0  # of the elements above float32's noise (above_noise), the share 0 there
     underflow_cosine: float | None = None
 
     @property
@@ -107,6 +107,14 @@ def lost_share(nonzero: torch.Tensor, grad: torch.Tensor | None, total: int) -> 
     if not total or grad is None:
         return 0.0
     return int(torch.count_nonzero(nonzero & (grad == 0))) / total
+
+
+def above_noise(g_ref: torch.Tensor) -> torch.Tensor:
+    """The reference's gradient elements above float32's own rounding noise: at least 2^-23 (float32's epsilon) of
+    the gradient's largest |element|. Smaller ones float32 cannot tell from 0 (an attention key's bias, whose exact
+    gradient is 0, has elements of 1e-12 beside others of 1e-3): no loss scale is needed to keep them."""
+    magnitude = g_ref.abs()
+    return magnitude >= float(magnitude.max()) * 2.0 ** -23
 
 
 def subnormal_share(nonzero: torch.Tensor, grad: torch.Tensor | None, scale: float, total: int, low) -> float:

@@ -26,7 +26,16 @@ from .capture import Captured, capture, capture_pair
 from .emulate import Event, Recorder, RoundingMode, SameDrawsMode, all_finite, run_loss
 from .factory import TrainSetup
 from .regimes import Regime
-from .stats import KEEP_FRACTION, NOISE_CHECK_COSINE, Agreement, ParamStats, lost_share, subnormal_share, window
+from .stats import (
+    KEEP_FRACTION,
+    NOISE_CHECK_COSINE,
+    Agreement,
+    ParamStats,
+    above_noise,
+    lost_share,
+    subnormal_share,
+    window,
+)
 
 __all__ = ["StepResult", "float64_gradients", "reference_events", "run_steps"]
 
@@ -303,9 +312,11 @@ def _grad_stats(name: str, g_ref: torch.Tensor | None, g1: torch.Tensor | None, 
         magnitude = g_ref.abs()
         top = float(magnitude.max())
         low_nz = float(magnitude.masked_fill_(~nz, math.inf).min())
+    # lost elements that matter: those above float32's own noise (read only where any are lost)
+    best = lost_share(above_noise(g_ref), gs, n_nz) if unders else 0.0
     return ParamStats(name, elements, "", n_nz, under1, unders, subnormal_share(nz, gs, scale, n_nz, low), cosine,
                       rel, 0, 0, 0.0, 0.0, top or 0.0, low_nz, cosine_best=cosine, rel_error_best=rel,
-                      underflow_best=unders)
+                      underflow_best=best)
 
 
 def _best_stats(stats: ParamStats, g_ref: torch.Tensor, trains: torch.Tensor | None,
@@ -316,7 +327,7 @@ def _best_stats(stats: ParamStats, g_ref: torch.Tensor, trains: torch.Tensor | N
     best = best.float()
     at_best = Agreement(best)
     stats.cosine_best, stats.rel_error_best = Agreement(g_ref).against(at_best)
-    stats.underflow_best = lost_share(g_ref != 0, best, stats.ref_nonzero)
+    stats.underflow_best = lost_share(above_noise(g_ref), best, stats.ref_nonzero)
     if trains is not None:
         stats.underflow_cosine = at_best.against(Agreement(trains))[0]
 
