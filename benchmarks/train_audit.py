@@ -111,10 +111,11 @@ def phases(regime: str) -> list[tuple[str, float]]:
     """Where the traced audit's time goes: its parts timed one after another in this process."""
     from precaudit.train.audit import _forward_sites
     from precaudit.train.capture import capture
+    from precaudit.train.collapsed import collapsed_row
     from precaudit.train.factory import setup_of
     from precaudit.train.regimes import regime_named
     from precaudit.train.sites import static_sites
-    from precaudit.train.step import collapsed_row, run_steps
+    from precaudit.train.step import run_steps
 
     reg = regime_named(regime)
     setup = setup_of(f"{HERE}:make", make())

@@ -378,3 +378,24 @@ def test_reports_say_the_module_ran_under_autocast(tmp_path, capsys):
     assert report["settings"]["autocast"] == "cuda"
     _, report = run_json([f"{CASES}:rmsnorm"], out_dir=tmp_path)
     assert report["settings"]["autocast"] is None
+
+
+def test_a_multi_output_op_keeps_each_outputs_dtype(tmp_path):
+    """broadcast_tensors of autocast's float16 linear output and a float32 tensor promotes nothing (each output
+    keeps its input's dtype, as PyTorch runs it): no cast of the float32 input to float16 is made up."""
+    model = tmp_path / "model.py"
+    model.write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.proj = torch.nn.Linear(8, 8)\n"
+        "    def forward(self, x, y):\n"
+        "        h, w = torch.broadcast_tensors(self.proj(x), y)\n"
+        "        return h * h, w.exp()\n"
+        "def make():\n"
+        "    return M(), (torch.randn(2, 8), torch.randn(1, 8))\n")
+    graph = _graph(f"{model}:make")
+    [broadcast] = [n for n in graph.nodes if n.op_type == "broadcast_tensors"]
+    assert [v.dtype for v in broadcast.inputs] == ["fp16", "fp32"]
+    assert not [n for n in graph.nodes if n.op_type == "Cast" and n.name.startswith("broadcast_tensors/")]

@@ -150,6 +150,7 @@ class _Replay:
         self.registered = registered_ops(device)
         self.fake = FakeTensorMode()
         self.roots: dict[int, str] = {}  # id(fx node) -> where its dtype comes from ("from linear at 'linear'")
+        self.items: dict[int, torch.dtype] = {}  # id(getitem node) -> the dtype of the output it takes, replayed
         self.policies = self.plan.policies
 
     # ---- driving ----------------------------------------------------------------------------------------
@@ -208,7 +209,10 @@ class _Replay:
             source = args[0]
             origin = node.args[0]
             self.roots[id(node)] = self.roots.get(id(origin), "")
-            return source[args[1]] if isinstance(source, (tuple, list)) else source
+            item = source[args[1]] if isinstance(source, (tuple, list)) else source
+            if isinstance(item, torch.Tensor):
+                self.items[id(node)] = item.dtype
+            return item
         name = _op_name(target)
         if name.startswith("_assert") or name in ("sym_constrain_range_for_size",):
             return None
@@ -249,7 +253,10 @@ class _Replay:
             casts = {i: main for i, d in in_dtypes.items() if d != main}
             note = f"{label} runs {short} in its widest input type, {FORMATS[main].long_name}"
         else:
-            casts = {i: main for i, d in in_dtypes.items() if d != main}
+            # an op whose float outputs keep different dtypes (broadcast_tensors of a float16 and a float32
+            # tensor) promotes nothing: each output keeps its input's
+            promotes = len({d for d in dtypes if d is not None}) == 1
+            casts = {i: main for i, d in in_dtypes.items() if d != main} if promotes else {}
             rule = off or f"{short} has no {label} rule: "
             if casts:  # float16 with float32: PyTorch's type promotion runs the op in the wider type
                 note = f"{rule}type promotion runs {'it' if not off else short} in {FORMATS[main].long_name}"
@@ -378,6 +385,8 @@ class _Replay:
     # ---- helpers ----------------------------------------------------------------------------------------
 
     def _dtype_of(self, fx_node) -> torch.dtype | None:
+        if id(fx_node) in self.items:  # one output of a multi-output op, as the replay made it
+            return self.items[id(fx_node)]
         known = self.plan.ops.get(id(fx_node)) or self.plan.inputs.get(id(fx_node))
         if known is not None and known.dtypes and known.dtypes[0] is not None:
             return TORCH_DTYPES[known.dtypes[0]]

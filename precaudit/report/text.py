@@ -41,6 +41,8 @@ def render_text(outcome: Outcome, color: bool = False, group: bool = True) -> st
             lines.extend(_block(members, head))
         lines.append("")
     lines.extend(_trace_lines(result))
+    if isinstance(outcome.settings.get("checked"), dict):  # precaudit train: what was checked, clean or not
+        lines.append(printable(f"checked: {outcome.settings['checked']['text']}"))
     lines.append(summary_line(result))
     if blocks < len(result.findings):
         lines.append(f"{_count(len(result.findings), 'finding')} shown in {_count(blocks, 'block')} of alike "

@@ -146,8 +146,43 @@ def run_train_audit(spec: str, options: TrainOptions, made: Any = None, debug: b
                 "select": options.select, "ignore": options.ignore, "rules": options.rules,
                 "baseline": options.baseline, "preview": options.preview, "keep_fp32": [], "format": "text",
                 "check_weights": True, "converter": "plain", "autocast": "cuda" if regime.autocast else None,
-                "config_file": audit.settings.config_file}
+                "config_file": audit.settings.config_file,
+                # nothing was checked where the factory or its step failed (the error says why)
+                "checked": checked(rules, options, regime, result.gradients.get(spec)) if result.models else None}
     return Outcome(result=result, settings=settings, exit_code=code, rules=rules, root=repo_root(), baseline=match)
+
+
+_TRACED_SITES = {"train_grad", "train_update", "train_loss_scale", "train_first_nonfinite", "train_collapsed_row"}
+_STATIC_SITES = {"train_optimizer", "train_update_bound", "train_norm_backward", "train_guard_backward"}
+
+
+def checked(rules, options: TrainOptions, regime, gradients) -> dict[str, Any]:
+    """What the audit looked at, for a report (a clean one above all) to say: the rules run on the forward graph,
+    on the optimizer and the backward's bounds, and on the traced step, with the regime, steps, seed, loss scale and
+    parameters that step had."""
+    # the loss-scale window is float16's; the collapsed row is skipped without options.collapsed_row
+    absent = ({"train_loss_scale"} if regime.low != "fp16" else set()) | (
+        set() if options.collapsed_row else {"train_collapsed_row"})
+
+    def ids(kinds: set[str]) -> list[str]:
+        return [r.id for r in rules if set(r.sites) & kinds and not set(r.sites) <= absent]
+    static, traced = ids(_STATIC_SITES), ids(_TRACED_SITES)
+    forward = sum(1 for r in rules if not set(r.sites) & (_STATIC_SITES | _TRACED_SITES))
+    out: dict[str, Any] = {"regime": regime.name, "forward_rules": forward, "static_rules": static,
+                           "traced_rules": traced if options.trace else [], "traced": options.trace,
+                           "steps": options.steps if options.trace else 0, "seed": options.seed,
+                           "parameters": None, "loss_scale": None, "inputs": None}
+    text = f"the forward graph as {regime.name} runs it ({forward} rules), the optimizer and the backward's " \
+           f"bounds ({', '.join(static) or 'no rule selected'})"
+    if options.trace and gradients is not None:
+        out |= {"parameters": len(gradients.points), "loss_scale": gradients.scale, "inputs": gradients.inputs_from}
+        text += f"; {options.steps} {regime.name} step{'s' * (options.steps != 1)} traced against float32 on " \
+                f"{gradients.inputs_from} (seed {options.seed}, loss scale {gradients.scale:g}, " \
+                f"{len(gradients.points)} parameters: {', '.join(traced) or 'no rule selected'})"
+    elif not options.trace:
+        text += f"; no step traced (--trace runs one: {', '.join(ids(_TRACED_SITES)) or 'no rule selected'})"
+    out["text"] = text
+    return out
 
 
 def _context_of(options: TrainOptions) -> Audit:
@@ -175,7 +210,8 @@ def _audit(spec: str, regime, options: TrainOptions, rules, made: Any):
     findings += apply_rules(rules, static_sites(setup, regime, forward, options.lr), spec)
     gradients = None
     if options.trace:
-        from .step import collapsed_row, run_steps
+        from .collapsed import collapsed_row
+        from .step import run_steps
 
         result = run_steps(setup, regime, options.steps, options.seed, options.loss_scale, options.lr)
         collapsed = collapsed_row(setup, regime, options.seed) if options.collapsed_row else None

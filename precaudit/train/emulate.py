@@ -8,9 +8,11 @@ kernels are not used for it: several keep float16 partial sums or upcast and ret
 their own tensors (the optimizer's add_, lerp_, addcdiv_), views and casts run as they are: they round once into
 the tensor they write. Random ops draw from the upcast copy, so dropout's masks match the float32 reference's.
 
-The Recorder watches every op: the first whose output turns inf/NaN from finite inputs (with the phase, the
-autograd node running it and the forward op that node belongs to), and the largest |value| the backward makes
-in a low-precision dtype (the top of the loss-scale window).
+A Recorder counts the ops, and watches what it is asked to: the largest |value| the backward makes in a
+low-precision dtype (the top of the loss-scale window), and (events) the first op whose output turns inf/NaN from
+finite inputs, with the phase, the autograd node running it and the forward op that node belongs to. A step is
+run watching no events: a finiteness check of every op's output costs more than the emulation; where its result
+is not finite, the step runs again to name where that began.
 """
 
 from __future__ import annotations
@@ -53,8 +55,9 @@ _MAX_EVENTS = 64  # enough to step past the float32 program's own infs (masks, l
 
 
 class Recorder:
-    def __init__(self, watch_backward_max: bool = False):
+    def __init__(self, events: bool = False, watch_backward_max: bool = False):
         self.phase = "forward"
+        self.record = events
         self.events: list[Event] = []  # in order: ops whose output turned inf/NaN from finite inputs
         self.current_fx: str | None = None  # the forward node the interpreter is running
         self.watch_backward_max = watch_backward_max
@@ -67,6 +70,8 @@ class Recorder:
 
     def observe(self, func, args, kwargs, out) -> None:
         self.ops += 1
+        if not (self.record or self.watch_backward_max):
+            return
         if func._schema.name in _UNINITIALIZED:
             return  # memory not yet written (dropout's mask before bernoulli_ fills it): its bits mean nothing
         node = torch._C._current_autograd_node()
@@ -75,6 +80,10 @@ class Recorder:
                 and t.numel()]
         # gradients only: a view in the backward (the transpose of a saved weight) carries forward values
         watch = phase == "backward" and self.watch_backward_max and not func.is_view
+        if not self.record:
+            if watch:
+                self._watch_max(outs)
+            return
         full = len(self.events) >= _MAX_EVENTS
         if (full and not watch) or not outs:
             return
@@ -104,6 +113,12 @@ class Recorder:
         self.events.append(Event(str(func), phase, node.name() if node is not None else None, fx,
                                  str(t.dtype).replace("torch.", ""), float((~torch.isfinite(t)).float().mean()),
                                  max((_finite_absmax(i)[1] for i in ins), default=0.0)))
+
+    def _watch_max(self, outs: list[torch.Tensor]) -> None:
+        for t in outs:
+            if t.dtype in LOW_DTYPES:
+                # max keeps its first argument where the other is NaN: a NaN sets no top
+                self.backward_low_max = max(self.backward_low_max, _finite_absmax(t)[1])
 
 
 def _metadata(node: Any) -> dict:

@@ -15,7 +15,8 @@ from .capture import LOW
 from .emulate import Event
 from .factory import TrainSetup
 from .regimes import Regime
-from .step import KEEP_FRACTION, StepResult
+from .stats import KEEP_FRACTION
+from .step import StepResult
 
 __all__ = ["static_sites", "traced_sites"]
 
@@ -137,8 +138,10 @@ def traced_sites(result: StepResult, collapsed: tuple[Event | None, bool, int, A
             "underflow_unscaled": p.underflow_unscaled, "underflow_scaled": p.underflow_scaled,
             "subnormal_scaled": p.subnormal_scaled, "loss_scale": result.scale, "cosine": p.cosine,
             "rel_error": p.rel_error, "grad_dtype": low.long_name, "inputs_from": inputs_from,
-            "ref_noise": p.ref_noise, "ref_cosine_f64": p.ref_cosine_f64,
-            **_regime_facts(regime, low)}))
+            "ref_noise": p.ref_noise, "ref_cosine_f64": p.ref_cosine_f64, "loss_scale_start": result.scale_start,
+            "best_scale": result.best_scale, "cosine_best": p.cosine_best, "rel_error_best": p.rel_error_best,
+            "underflow_best": p.underflow_best, "underflow_cosine": p.underflow_cosine,
+            **_scale_phrases(result, p), **_regime_facts(regime, low)}))
         if result.skipped_steps == result.steps:
             continue  # the scaler skipped every step: nothing was applied to compare (PA452/PA453 say why)
         sites.append(Site("train_update", node, {
@@ -148,26 +151,14 @@ def traced_sites(result: StepResult, collapsed: tuple[Event | None, bool, int, A
             "ref_noise": p.ref_noise, "ref_cosine_f64": p.ref_cosine_f64,
             "inputs_from": inputs_from, **_regime_facts(regime, wfmt)}))
     if regime.low == "fp16":
-        smallest, largest = result.window
-        init = result.scale
-        skipped = growth = 0
-        if largest is not None and init > largest:
-            skipped = round(math.log2(init / largest))
-        if smallest is not None and init < smallest:
-            interval = regime.scaler.growth_interval if regime.scaler else 0
-            growth = round(math.log2(smallest / init)) * interval
-        sites.append(Site("train_loss_scale", _node("loss scale", "GradScaler" if regime.scaler else "loss"), {
-            "scale_init": init, "scale_min": smallest, "scale_max": largest,
-            "window_empty": smallest is not None and largest is not None and smallest > largest,
-            "skipped_steps": skipped, "growth_steps": growth, "backward_max": result.backward_low_max,
-            "keep_fraction": KEEP_FRACTION, "scaler": regime.scaler is not None, "inputs_from": inputs_from,
-            **_regime_facts(regime, low)}))
+        sites.append(_loss_scale_site(result, inputs_from))
     # an inf/NaN the kernels mask later (a norm's backward at a zero vector divides 0/0, then fills 0) is no
     # finding: only a step whose loss, gradients or updated weights are non-finite names where it began
     event = result.first_unscaled or result.first_step
     if event is not None and not result.regime_finite:
         sites.append(_event_site("train_first_nonfinite", event, result, result.module, {
-            "ref_finite": result.ref_finite, "loss_scale": 1.0 if event is result.first_unscaled else result.scale,
+            "ref_finite": result.ref_finite,
+            "loss_scale": 1.0 if event is result.first_unscaled else result.scale_start,
             "input_absmax": event.input_absmax, "inputs_from": inputs_from}))
     ev = collapsed[0] if collapsed is not None else None
     if collapsed is not None and ev is not None:  # collapsed_row reports only non-finite gradients
@@ -177,6 +168,64 @@ def traced_sites(result: StepResult, collapsed: tuple[Event | None, bool, int, A
             "norm_modules": modules,
             "inputs_from": "the factory's batch with row 0 of each norm module's input set to zeros"}))
     return sites
+
+
+def _scale_phrases(result: StepResult, p) -> dict[str, str]:
+    """The loss scales a gradient finding speaks of, as phrases of its message: where GradScaler backed off to,
+    and the larger scale the run's gradient was compared with."""
+    backed_off = "" if result.scale == result.scale_start else \
+        f" (GradScaler's start {result.scale_start:g} overflows the backward; it backs off to {result.scale:g})"
+    direction = "" if p.underflow_cosine is None or result.best_scale is None else \
+        f"; against its gradient at {result.best_scale:g}, the largest scale whose backward stays finite, its " \
+        f"cosine is {p.underflow_cosine:.4f}"
+    if result.regime.low != "fp16":
+        at_best = ""
+    elif result.best_scale is not None:
+        at_best = f" at loss scale {result.best_scale:g} (the largest that keeps the backward finite)"
+    else:
+        at_best = f" at loss scale {result.scale:g}"
+    return {"backed_off": backed_off, "direction_note": direction, "at_best": at_best}
+
+
+def _loss_scale_site(result: StepResult, inputs_from: str) -> Site:
+    """The window, against the scale the run starts at: its top measured from the backward, its bottom estimated
+    from the float32 gradients' smallest elements, and what underflow costs the run at its start and (where it was
+    run) at the top: the share of the gradient elements lost to 0, and the parameters that lose any or their
+    direction."""
+    regime, low = result.regime, FORMATS[result.regime.low]
+    smallest, largest = result.window
+    init = result.scale_start
+    skipped = growth = 0
+    if largest is not None and init > largest:
+        skipped = round(math.log2(init / largest))
+    if smallest is not None and init < smallest:
+        interval = regime.scaler.growth_interval if regime.scaler else 0
+        growth = round(math.log2(smallest / init)) * interval
+    # a gradient that is rounding noise in float32 too (float64 says so) needs no scale: it is left out
+    params = [p for p in result.params if not p.ref_noise]
+    total = sum(p.ref_nonzero for p in params) or 1
+    at_start = params if result.scale == init else []
+    lost_start = sum(p.lost_elements for p in at_start) / total
+    top = result.best_scale is not None
+    lost_top = sum(round(p.underflow_best * p.ref_nonzero) for p in params) / total if top else 0.0
+    return Site("train_loss_scale", _node("loss scale", "GradScaler" if regime.scaler else "loss"), {
+        "scale_init": init, "scale_min": smallest, "scale_max": largest, "top_measured": top,
+        "window_empty": top and lost_top > 1 - KEEP_FRACTION, "lost_start": lost_start, "lost_top": lost_top,
+        "params_start": _names(p.name for p in at_start if p.underflows()),
+        "params_top": _names(p.name for p in params if top and p.underflow_best > 1 - KEEP_FRACTION),
+        "skipped_steps": skipped, "growth_steps": growth, "backward_max": result.backward_low_max,
+        "keep_fraction": KEEP_FRACTION, "scaler": regime.scaler is not None, "inputs_from": inputs_from,
+        **_regime_facts(regime, low)})
+
+
+_SHOWN_NAMES = 6
+
+
+def _names(names) -> str:
+    """Parameter names as a message lists them: quoted, the first few, then how many more ('' for none)."""
+    names = list(names)
+    shown = ", ".join(f"'{n}'" for n in names[:_SHOWN_NAMES])
+    return shown + (f" and {len(names) - _SHOWN_NAMES} more" if len(names) > _SHOWN_NAMES else "")
 
 
 def _event_site(kind: str, event: Event, result: StepResult, module: Any, extra: dict[str, Any]) -> Site:

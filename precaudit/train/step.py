@@ -1,70 +1,52 @@
 """One training step twice — the float32 reference and the regime emulated op by op — and what differs.
 
 Both runs start from copies of the same weights, draw the same random numbers (dropout), and step the same
-optimizer; the regime's backward runs once without loss scaling and, under a scaler, once more at the scale
-the scaler would use, as GradScaler runs it: the loss multiplied, the float32 master gradients divided back,
-the step skipped when any is inf/NaN. What is compared is per parameter (its gradient, its update) and per
-op (the first inf/NaN, and the largest backward value in float16: the top of the loss-scale window).
+optimizer. The regime's first step runs its forward once and its backward at the loss scale it trains with, as
+GradScaler runs it (the loss multiplied, the float32 master gradients divided back, the step skipped when any is
+inf/NaN), and, on the same forward, the backward without scaling. In float16, where the scale the run starts at
+overflows the backward, the backward runs once more at the scale GradScaler backs off to; where a larger scale
+keeps the backward finite and the run's gradient is in doubt (it points elsewhere than float32's, it loses
+elements, or the float32 gradients' smallest elements need more), once more at the largest: what it tells apart
+is underflow at the run's scale (PA451) from a direction lost at any scale (PA455), and whether any scale works
+(PA452). Compared per parameter: its gradients and, at every step, the updates the regime's step did not make.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import nn
 
 from ..dtypes import FORMATS
 from ..errors import InputError
 from ..frontends.user_code import user_code
-from .capture import capture, capture_pair
+from .capture import Captured, capture, capture_pair
 from .emulate import Event, Recorder, RoundingMode, SameDrawsMode, all_finite, run_loss
 from .factory import TrainSetup
 from .regimes import Regime
+from .stats import (
+    KEEP_FRACTION,
+    NOISE_CHECK_COSINE,
+    Agreement,
+    ParamStats,
+    above_noise,
+    lost_share,
+    subnormal_share,
+    window,
+)
 
-__all__ = ["KEEP_FRACTION", "ParamStats", "StepResult", "run_steps"]
+__all__ = ["StepResult", "float64_gradients", "reference_events", "run_steps"]
 
-KEEP_FRACTION = 0.999  # the loss-scale window's bottom keeps this share of the reference's nonzero gradients
-NOISE_CHECK_COSINE = 0.999  # a regime gradient this far from float32's has float32's checked against float64
-REF_NOISE_COSINE = 0.9  # float32's gradient this far from float64's is rounding noise
-
-
-@dataclass
-class ParamStats:
-    name: str
-    elements: int
-    weights_dtype: str
-    ref_nonzero: int  # elements of the reference's gradient that are not 0
-    underflow_unscaled: float  # of those, the share the regime's gradient has as 0 with no loss scaling
-    underflow_scaled: float  # ... at the regime's loss scale (the same as unscaled without a scaler)
-    subnormal_scaled: float  # ... the share whose scaled gradient is subnormal in the low dtype
-    cosine: float | None  # of the regime's gradient (as it trains: unscaled back) against the reference's
-    rel_error: float | None
-    ref_changed: int  # elements the reference's steps moved
-    absorbed: int  # of those, the elements the regime's steps left bit-identical
-    lr: float
-    absmedian: float  # the median |weight|, for the message
-    grad_absmax: float = 0.0  # the reference gradient's largest |element| (the HTML report's chart)
-    grad_min_nonzero: float | None = None  # ... and its smallest nonzero one (None: all 0)
-    # where the regime's gradient points elsewhere (cosine < NOISE_CHECK_COSINE): float32's own gradient against
-    # a float64 run's; low, float32's gradient is rounding noise too (a key bias under softmax's shift
-    # invariance has an exact gradient of 0), and no comparison with it means anything
-    ref_cosine_f64: float | None = None
-
-    @property
-    def ref_noise(self) -> bool:
-        return self.ref_cosine_f64 is not None and self.ref_cosine_f64 < REF_NOISE_COSINE
+Grads = dict[str, torch.Tensor | None]
 
 
 @dataclass
 class StepResult:
     regime: Regime
     steps: int
-    scale: float  # the loss scale the regime's backward ran at (1 without a scaler)
+    scale: float  # the loss scale the run trains with: its start, or where GradScaler backs off to from it
     loss_ref: float
     loss_regime: float
     params: list[ParamStats] = field(default_factory=list)
@@ -79,112 +61,275 @@ class StepResult:
     window: tuple[float | None, float | None] = (None, None)  # (smallest kept scale, largest finite scale)
     module: Any = None  # the regime's captured program: its nodes give the source lines of the events
     ops: int = 0  # ATen ops the emulation ran
+    scale_start: float = 1.0  # the scale the regime starts at (GradScaler's init_scale, --loss-scale; 1 without)
+    best_scale: float | None = None  # the largest scale that keeps the backward finite, where the step ran at it
 
 
-def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, loss_scale: float | None = None,  # noqa: C901 -- split by the training branch that reworks it
+def run_steps(setup: TrainSetup, regime: Regime, steps: int = 1, seed: int = 0, loss_scale: float | None = None,
               lr: float | None = None) -> StepResult:
     ref, reg = capture_pair(setup, regime)
-    ref_named, reg_named = ref.named_parameters(), dict(reg.named_parameters())
     scale = loss_scale if loss_scale is not None else regime.scaler.init if regime.scaler else 1.0
-    result = StepResult(regime, steps, scale, math.nan, math.nan, module=reg.module)
-
-    ref_before = {n: p.detach().clone() for n, p in ref_named}
-    reg_before = {n: p.detach().clone() for n, p in reg_named.items()}
-    ref_opt = setup.optimizer.build(ref_named, lr)
-    reg_opt = setup.optimizer.build(list(reg_named.items()), lr)
-    # what the regime's inf/NaN events are read from: step 0's forward and unscaled backward, and the first
-    # optimizer step that made any
-    forward_rec: Recorder | None = None
-    step_rec: Recorder | None = None
-    ref_grads: dict[str, torch.Tensor | None] = {}
-    g_unscaled: dict[str, torch.Tensor | None] = {}
-    g_scaled: dict[str, torch.Tensor | None] = {}
-    low = FORMATS[regime.low]
+    result = StepResult(regime, steps, scale, math.nan, math.nan, module=reg.module, scale_start=scale)
+    run = _Run(setup, regime, ref, reg, lr, result)
     for step in range(steps):
-        # -- the reference --
-        torch.manual_seed(seed + step)
-        with user_code(setup.spec, "the float32 reference step"):
-            loss = run_loss(ref.module, ref.flat, Recorder())
+        run.snapshot(step)
+        run.reference_step(seed + step, step)
+        scale = run.regime_step(seed + step, step, scale)
+    run.finish(seed, lr)
+    return result
+
+
+class _Run:
+    """The two runs' copies, optimizers and what the steps measured."""
+
+    def __init__(self, setup: TrainSetup, regime: Regime, ref: Captured, reg: Captured, lr: float | None,
+                 result: StepResult):
+        self.setup, self.regime, self.ref, self.reg, self.result = setup, regime, ref, reg, result
+        self.ref_named = ref.named_parameters()
+        self.reg_named = dict(reg.named_parameters())
+        self.ref_opt = setup.optimizer.build(self.ref_named, lr)
+        self.reg_opt = setup.optimizer.build(list(self.reg_named.items()), lr)
+        self.lr = {n: float(setup.optimizer.hyper(n).get("lr", 0.0) if lr is None else lr) for n, _ in self.ref_named}
+        self.low = FORMATS[regime.low]
+        # the weights before the step being counted: the user's own model before the first (the copies start
+        # from it: no copy of every weight is needed), a snapshot before each later one
+        self.originals = dict(setup.model.named_parameters())
+        self.before: tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]] | None = None
+        self.moved = {n: 0 for n, _ in self.ref_named}
+        self.absorbed = dict(self.moved)
+        self.ref_grads: Grads = {}
+        self.unscaled: Grads = {}
+
+    # ---- the float32 reference -----------------------------------------------------------------------------
+
+    def reference_step(self, seed: int, step: int) -> None:
+        spec = self.setup.spec
+        torch.manual_seed(seed)
+        with user_code(spec, "the float32 reference step"):
+            loss = run_loss(self.ref.module, self.ref.flat, Recorder())
             if not loss.requires_grad:
-                raise InputError(setup.spec, "the loss does not depend on any parameter: no gradient reaches the "
-                                             "model's weights")
+                raise InputError(spec, "the loss does not depend on any parameter: no gradient reaches the "
+                                       "model's weights")
             loss.backward()
         if step == 0:
+            result = self.result
             result.loss_ref = float(loss.detach())
             if not math.isfinite(result.loss_ref):
-                raise _loss_not_finite(setup.spec, result.loss_ref)
-            ref_grads = {n: None if p.grad is None else p.grad.detach().clone() for n, p in ref_named}
-            if all(g is None for g in ref_grads.values()):
-                raise InputError(setup.spec, "the loss does not depend on any parameter: no gradient reaches the "
-                                             "model's weights")
-            result.ref_finite = math.isfinite(result.loss_ref) and all(
-                g is None or all_finite(g) for g in ref_grads.values())
-        ref_opt.step()
-        ref_opt.zero_grad(set_to_none=True)
+                raise _loss_not_finite(spec, result.loss_ref)
+            # kept as they are, not copied: zero_grad(set_to_none) lets go of them, and no optimizer writes a grad
+            self.ref_grads = {n: None if p.grad is None else p.grad.detach() for n, p in self.ref_named}
+            if all(g is None for g in self.ref_grads.values()):
+                raise InputError(spec, "the loss does not depend on any parameter: no gradient reaches the "
+                                       "model's weights")
+            result.ref_finite = all(g is None or all_finite(g) for g in self.ref_grads.values())
+        self.ref_opt.step()
+        self.ref_opt.zero_grad(set_to_none=True)
 
-        # -- the regime, emulated --
-        torch.manual_seed(seed + step)
-        unscaled = Recorder(watch_backward_max=step == 0)
-        stepping = Recorder()
-        stepping.phase = "optimizer step"
-        # each run under its own mode, one after another: nested modes would each see the other's ops
-        with user_code(setup.spec, f"the {regime.name} step"):
-            with RoundingMode(unscaled):
-                loss = run_loss(reg.module, reg.flat, unscaled)
-                if step == 0:
-                    result.loss_regime = float(loss.detach())
-                    loss.backward(retain_graph=scale != 1.0)
+    # ---- the regime ----------------------------------------------------------------------------------------
+
+    def regime_step(self, seed: int, step: int, scale: float) -> float:
+        """One step of the regime at this scale; the scale the next one runs at (GradScaler backs off)."""
+        regime, result = self.regime, self.result
+        torch.manual_seed(seed)
+        with user_code(self.setup.spec, f"the {regime.name} step"):
+            forward = Recorder()
+            with RoundingMode(forward):
+                loss = run_loss(self.reg.module, self.reg.flat, forward)
+            result.ops += forward.ops
             if step == 0:
-                g_unscaled = _grads(reg_named)
-                forward_rec = unscaled
-                result.backward_low_max = unscaled.backward_low_max
-                if scale != 1.0:
-                    reg_opt.zero_grad(set_to_none=True)
-            if step > 0 or scale != 1.0:
-                with RoundingMode(Recorder()):
-                    (loss * scale).backward()
-            # GradScaler's unscale_: the master gradients divided by the scale, in their own dtype
-            if scale != 1.0:
-                for p in reg_named.values():
-                    if p.grad is not None:
-                        p.grad.div_(scale)
-            if step == 0:
-                g_scaled = _grads(reg_named) if scale != 1.0 else g_unscaled
-            finite = all(p.grad is None or all_finite(p.grad) for p in reg_named.values())
+                result.loss_regime = float(loss.detach())
+                applied = self._first_backwards(loss, scale)
+            else:
+                applied = self._backward(loss, scale, retain=False)[0]
+            del loss  # the forward's graph, held for the backwards of the first step
+            finite = all(g is None or all_finite(g) for g in applied.values())
             if regime.scaler is not None and not finite:
                 result.skipped_steps += 1  # GradScaler skips the step and backs the scale off
-                scale *= regime.scaler.backoff
+                return scale * regime.scaler.backoff
+            for name, p in self.reg_named.items():
+                p.grad = applied[name]
+            if regime.weights == "fp32":  # float32 master weights and states: nothing in the step to round
+                self.reg_opt.step()
             else:
+                stepping = Recorder()
                 with RoundingMode(stepping):
-                    reg_opt.step()
-                if stepping.events and step_rec is None:
-                    step_rec = stepping
-            reg_opt.zero_grad(set_to_none=True)
-        result.ops += unscaled.ops + stepping.ops
+                    self.reg_opt.step()
+                result.ops += stepping.ops
+            self.reg_opt.zero_grad(set_to_none=True)
+        self._count_updates(step)
+        return scale
 
-    result.regime_finite = math.isfinite(result.loss_regime) and all(
-        g is None or all_finite(g) for g in g_unscaled.values()) and all(
-        all_finite(p) for p in reg_named.values())
-    if not result.regime_finite and (step_rec is not None or (forward_rec is not None and forward_rec.events)):
-        # the first inf/NaN that float32's own run of the program does not make too
-        expected = reference_events(setup, seed)
-        result.first_unscaled = forward_rec.first_beyond(expected) if forward_rec is not None else None
-        result.first_step = step_rec.first_beyond(expected) if step_rec is not None else None
-    for name, p in ref_named:
-        result.params.append(_param_stats(name, p, ref_before[name], ref_grads.get(name), reg_named[name],
-                                          reg_before[name], g_unscaled.get(name), g_scaled.get(name),
-                                          result.scale, low, setup.optimizer.hyper(name).get("lr", 0.0)
-                                          if lr is None else lr))
-    doubtful = {p.name for p in result.params if p.cosine is not None and p.cosine < NOISE_CHECK_COSINE}
-    if doubtful:
-        wide = float64_gradients(setup, seed, doubtful)
+    def _backward(self, loss: torch.Tensor, scale: float, retain: bool, watch: bool = False) -> tuple[Grads, float]:
+        """The regime's gradients at this loss scale, divided back by it in their own dtype (GradScaler's
+        unscale_), and the largest |value| the backward held in the low dtype (watch) at that scale."""
+        for p in self.reg_named.values():
+            p.grad = None
+        rec = Recorder(watch_backward_max=watch)
+        with RoundingMode(rec):
+            (loss * scale if scale != 1.0 else loss).backward(retain_graph=retain)
+        self.result.ops += rec.ops
+        grads: Grads = {}
+        for name, p in self.reg_named.items():
+            g = None if p.grad is None else p.grad.detach()
+            if g is not None and scale != 1.0:
+                g.div_(scale)
+            grads[name] = g
+            p.grad = None
+        return grads, rec.backward_low_max
+
+    def _first_backwards(self, loss: torch.Tensor, scale: float) -> Grads:
+        """The first step's backwards, all on its one forward: the gradient it applies, and what the statistics
+        compare (result.params). Its backward max is read where it runs at its scale (below float16's floor, an
+        unscaled backward can be all zeros); where that overflows, from the unscaled one."""
+        fp16 = self.regime.low == "fp16"
+        applied, top = self._backward(loss, scale, retain=True, watch=fp16)
+        backward_max = top / scale if math.isfinite(top) else math.nan
+        unscaled = applied
+        if scale != 1.0:
+            unscaled, top1 = self._backward(loss, 1.0, retain=True, watch=fp16 and not math.isfinite(backward_max))
+            backward_max = top1 if not math.isfinite(backward_max) else backward_max
+        self.unscaled = unscaled
+        result = self.result
+        if not fp16:
+            self._compare(unscaled, applied, scale)
+            return applied
+        result.backward_low_max = backward_max if math.isfinite(backward_max) else 0.0
+        result.window = window(self.ref_grads, result.backward_low_max, self.low)
+        largest = result.window[1]
+        trains_at = self._trains_at(scale, largest)
+        trains = applied if trains_at == scale else self._backward(loss, trains_at, retain=True)[0]
+        self._compare(unscaled, trains, trains_at)
+        # a static scale above the top (no GradScaler backs it off) overflows: the top is run to tell the rest
+        if largest is not None and (largest < trains_at or (largest > trains_at and self._in_doubt(trains_at))):
+            best = self._backward(loss, largest, retain=False)[0]
+            result.best_scale = largest
+            for stats in result.params:
+                g_ref = self.ref_grads.get(stats.name)
+                if g_ref is not None:
+                    _best_stats(stats, g_ref, trains.get(stats.name), best.get(stats.name))
+        elif trains_at == largest:
+            result.best_scale = largest  # the run trains at the top: its own numbers are the best there are
+        return applied
+
+    def _trains_at(self, scale: float, largest: float | None) -> float:
+        """The scale the run's gradients are measured at: its own, or, where that overflows the backward and a
+        GradScaler backs off, the first it reaches that does not."""
+        result, scaler = self.result, self.regime.scaler
+        result.scale = scale
+        if scaler is None or largest is None or scale <= largest:
+            return scale
+        while scale > largest:
+            scale *= scaler.backoff
+        result.scale = scale
+        return scale
+
+    def _in_doubt(self, scale: float) -> bool:
+        """Whether the run's gradient may have lost to underflow what a larger scale keeps: one points elsewhere
+        than float32's or loses elements to 0, or the float32 gradients' smallest elements need a larger scale."""
+        smallest = self.result.window[0]
+        return (smallest is not None and smallest > scale) or any(
+            (p.cosine is not None and p.cosine < NOISE_CHECK_COSINE) or p.underflow_scaled > 1 - KEEP_FRACTION
+            for p in self.result.params)
+
+    def _compare(self, unscaled: Grads, trains: Grads, scale: float) -> None:
+        """result.params from the reference's gradients and the regime's, without scaling and at the run's
+        scale."""
+        params = []
+        for name, _ in self.ref_named:
+            stats = _grad_stats(name, self.ref_grads.get(name), unscaled.get(name), trains.get(name), scale, self.low)
+            stats.weights_dtype = str(self.reg_named[name].dtype).replace("torch.", "")
+            stats.lr = self.lr[name]
+            params.append(stats)
+        self.result.params = params
+
+    # ---- updates -------------------------------------------------------------------------------------------
+
+    def snapshot(self, step: int) -> None:
+        """The weights before this step (after the first, a copy: the one before it is the user's model)."""
+        if step > 0:
+            self.before = ({n: p.detach().clone() for n, p in self.ref_named},
+                           {n: p.detach().clone() for n, p in self.reg_named.items()})
+
+    def _count_updates(self, step: int) -> None:
+        """The element updates the reference made at this step, and those the regime's step left bit-identical
+        (a step the scaler skipped counts none: nothing was applied)."""
+        for name, p in self.ref_named:
+            reg_p = self.reg_named[name].detach()
+            if self.before is None:
+                original = self.originals.get(name)
+                if original is None:
+                    continue
+                ref_before, reg_before = original.detach(), original.detach().to(reg_p.dtype)
+            else:
+                ref_before, reg_before = self.before[0][name], self.before[1][name]
+            changed = p.detach() != ref_before
+            self.moved[name] += int(torch.count_nonzero(changed))
+            self.absorbed[name] += int(torch.count_nonzero(changed & (reg_p == reg_before)))
+
+    # ---- after the steps -----------------------------------------------------------------------------------
+
+    def finish(self, seed: int, lr: float | None) -> None:
+        result = self.result
+        result.regime_finite = math.isfinite(result.loss_regime) and all(
+            g is None or all_finite(g) for g in self.unscaled.values()) and all(
+            all_finite(p) for p in self.reg_named.values())
         for stats in result.params:
-            g = ref_grads.get(stats.name)
-            if stats.name in wide and g is not None:
-                stats.ref_cosine_f64 = _agreement(wide[stats.name], g)[0]
-    if regime.low == "fp16":
-        result.window = _window(ref_grads, result.backward_low_max, low)
-    return result
+            stats.ref_changed, stats.absorbed = self.moved[stats.name], self.absorbed[stats.name]
+            original = self.originals.get(stats.name)
+            # the median |weight| is for PA456's message only, and a median sorts: taken where it can say it
+            if stats.absorbed and original is not None:
+                stats.absmedian = float(original.detach().abs().flatten().median())
+        if not result.regime_finite:
+            result.first_unscaled, result.first_step = first_events(self.setup, self.regime, result.steps, seed,
+                                                                    result.scale_start, lr)
+        doubtful = {p.name for p in result.params if p.cosine is not None and p.cosine < NOISE_CHECK_COSINE}
+        if doubtful:
+            wide = float64_gradients(self.setup, seed, doubtful)
+            for stats in result.params:
+                g = self.ref_grads.get(stats.name)
+                if stats.name in wide and g is not None:
+                    stats.ref_cosine_f64 = Agreement(wide[stats.name]).against(Agreement(g))[0]
+
+
+def _grad_stats(name: str, g_ref: torch.Tensor | None, g1: torch.Tensor | None, gs: torch.Tensor | None,
+                scale: float, low) -> ParamStats:
+    """A parameter's gradient in the regime against the reference's: elements lost to 0 without scaling and at the
+    run's scale, subnormal there, and its direction (ParamStats' update fields are the step's to fill)."""
+    elements = g_ref.numel() if g_ref is not None else gs.numel() if gs is not None else 0
+    if g_ref is None:
+        return ParamStats(name, elements, "", 0, 0.0, 0.0, 0.0, None, None, 0, 0, 0.0, 0.0)
+    nz = g_ref != 0
+    n_nz = int(torch.count_nonzero(nz))
+    g1 = g1.float() if g1 is not None else None
+    gs = gs.float() if gs is not None else None
+    under1 = lost_share(nz, g1, n_nz)
+    unders = under1 if gs is g1 else lost_share(nz, gs, n_nz)
+    cosine = rel = None
+    top = low_nz = None
+    if gs is not None:
+        cosine, rel = Agreement(g_ref).against(Agreement(gs))
+    if n_nz:
+        magnitude = g_ref.abs()
+        top = float(magnitude.max())
+        low_nz = float(magnitude.masked_fill_(~nz, math.inf).min())
+    # lost elements that matter: those above float32's own noise (read only where any are lost)
+    best = lost_share(above_noise(g_ref), gs, n_nz) if unders else 0.0
+    return ParamStats(name, elements, "", n_nz, under1, unders, subnormal_share(nz, gs, scale, n_nz, low), cosine,
+                      rel, 0, 0, 0.0, 0.0, top or 0.0, low_nz, cosine_best=cosine, rel_error_best=rel,
+                      underflow_best=best)
+
+
+def _best_stats(stats: ParamStats, g_ref: torch.Tensor, trains: torch.Tensor | None,
+                best: torch.Tensor | None) -> None:
+    """The gradient at the largest finite scale against float32's, and the run's against it."""
+    if best is None:
+        return
+    best = best.float()
+    at_best = Agreement(best)
+    stats.cosine_best, stats.rel_error_best = Agreement(g_ref).against(at_best)
+    stats.underflow_best = lost_share(above_noise(g_ref), best, stats.ref_nonzero)
+    if trains is not None:
+        stats.underflow_cosine = at_best.against(Agreement(trains))[0]
 
 
 def _loss_not_finite(spec: str, loss: float) -> InputError:
@@ -195,12 +340,54 @@ def _loss_not_finite(spec: str, loss: float) -> InputError:
                             "the model or loss_fn first")
 
 
+def first_events(setup: TrainSetup, regime: Regime, steps: int, seed: int, scale: float,
+                 lr: float | None) -> tuple[Event | None, Event | None]:
+    """Where the regime's steps first turned inf/NaN: the forward and unscaled backward of the first step, and the
+    first optimizer step that made any. The steps again from a fresh copy, every op watched, as the run stepped
+    (the backward at the scale applied, a step skipped where the scaler skips it)."""
+    reg = capture(setup, regime)
+    named = dict(reg.named_parameters())
+    opt = setup.optimizer.build(list(named.items()), lr)
+    forward_rec, step_rec = Recorder(events=True), None
+    for step in range(steps):
+        torch.manual_seed(seed + step)
+        rec = forward_rec if step == 0 else Recorder()
+        with user_code(setup.spec, f"the {regime.name} step"):
+            with RoundingMode(rec):
+                loss = run_loss(reg.module, reg.flat, rec)
+                if step == 0:
+                    loss.backward(retain_graph=scale != 1.0)
+            if step > 0 or scale != 1.0:
+                opt.zero_grad(set_to_none=True)
+                with RoundingMode(Recorder()):
+                    (loss * scale).backward()
+                for p in named.values():
+                    if p.grad is not None:
+                        p.grad.div_(scale)
+            finite = all(p.grad is None or all_finite(p.grad) for p in named.values())
+            if regime.scaler is not None and not finite:
+                scale *= regime.scaler.backoff
+            else:
+                stepping = Recorder(events=True)
+                stepping.phase = "optimizer step"
+                with RoundingMode(stepping):
+                    opt.step()
+                if stepping.events and step_rec is None:
+                    step_rec = stepping
+            opt.zero_grad(set_to_none=True)
+    if not forward_rec.events and step_rec is None:
+        return None, None
+    # the first inf/NaN that float32's own run of the program does not make too
+    expected = reference_events(setup, seed)
+    return forward_rec.first_beyond(expected), step_rec.first_beyond(expected) if step_rec is not None else None
+
+
 def reference_events(setup: TrainSetup, seed: int) -> set:
     """Where the float32 program's own first step makes inf/NaN from finite inputs (a mask's -inf, T5's
     log(0) before its where): places an inf in the regime's run does not tell anything."""
     ref = capture(setup, None)
     torch.manual_seed(seed)
-    rec = Recorder()
+    rec = Recorder(events=True)
     with user_code(setup.spec, "the float32 reference step"), RoundingMode(rec, emulate=False):
         run_loss(ref.module, ref.flat, rec).backward()
     return {e.key for e in rec.events}
@@ -214,173 +401,3 @@ def float64_gradients(setup: TrainSetup, seed: int, names: set[str]) -> dict[str
     with user_code(setup.spec, "the float64 step"), SameDrawsMode():
         run_loss(wide.module, wide.flat, Recorder()).backward()
     return {n: p.grad.detach().clone() for n, p in wide.named_parameters() if n in names and p.grad is not None}
-
-
-def _grads(named: dict[str, nn.Parameter]) -> dict[str, torch.Tensor | None]:
-    return {n: None if p.grad is None else p.grad.detach().float().clone() for n, p in named.items()}
-
-
-def _param_stats(name, ref_p, ref_before, g_ref, reg_p, reg_before, g1, gs, scale, low, lr) -> ParamStats:
-    # counted with count_nonzero: a bool tensor's sum() widens it to int64 first, several times slower
-    elements = ref_p.numel()
-    nz = (g_ref != 0) if g_ref is not None else torch.zeros(ref_p.shape, dtype=torch.bool)
-    n_nz = int(torch.count_nonzero(nz))
-    under1 = _share(nz, g1, n_nz)
-    unders = _share(nz, gs, n_nz)
-    if gs is not None and n_nz:
-        held = (gs * scale).abs()
-        sub = int(torch.count_nonzero(nz & (held > 0) & (held < low.smallest_normal))) / n_nz
-    else:
-        sub = 0.0
-    cosine = rel = None
-    if g_ref is not None and gs is not None:
-        cosine, rel = _agreement(g_ref, gs)
-    changed = ref_p.detach() != ref_before
-    absorbed = int(torch.count_nonzero(changed & (reg_p.detach() == reg_before)))
-    # the median |weight| is for PA456's message only, and a median sorts: taken where there is something absorbed
-    median = float(ref_before.abs().flatten().median()) if absorbed else 0.0
-    top = low_nz = None
-    if n_nz:
-        magnitude = g_ref.detach().abs()
-        top = float(magnitude.max())
-        low_nz = float(torch.where(nz, magnitude, torch.inf).min())
-    return ParamStats(name, elements, str(reg_p.dtype).replace("torch.", ""), n_nz, under1, unders, sub, cosine,
-                      rel, int(torch.count_nonzero(changed)), absorbed, float(lr), median, top or 0.0, low_nz)
-
-
-def _share(nonzero: torch.Tensor, grad: torch.Tensor | None, total: int) -> float:
-    """Of the reference's nonzero elements, the share this gradient has as 0."""
-    if not total or grad is None:
-        return 0.0
-    return int(torch.count_nonzero(nonzero & (grad == 0))) / total
-
-
-def _agreement(a: torch.Tensor, b: torch.Tensor) -> tuple[float | None, float | None]:
-    """The cosine of b against a, and |b - a| / |a|; None where a is 0 or b is not finite. In float32, each
-    vector divided by its largest |element| first: squares of gradients below 1e-19 underflow float32."""
-    a, b = a.detach().float().flatten(), b.detach().float().flatten()
-    sa, sb = float(a.abs().max()) if a.numel() else 0.0, float(b.abs().max()) if b.numel() else 0.0
-    if not (sa > 0 and math.isfinite(sa) and math.isfinite(sb)):
-        return None, None
-    ua = a / sa
-    na = float(torch.linalg.vector_norm(ua))
-    rel = float(torch.linalg.vector_norm(b / sa - ua)) / na
-    if sb == 0:
-        return 0.0, rel
-    ub = b / sb
-    return float(torch.dot(ua, ub)) / (na * float(torch.linalg.vector_norm(ub))), rel
-
-
-def _window(ref_grads: dict[str, torch.Tensor | None], backward_max: float, low) -> tuple[float | None, float | None]:
-    """The powers of two a loss scale can take: the smallest that keeps KEEP_FRACTION of the reference's nonzero
-    gradient elements from rounding to 0 in the low dtype, the largest before the backward's largest value
-    (measured unscaled, in the low dtype) overflows it."""
-    # frexp: |g| = m * 2**e with m in [0.5, 1); g * 2**k is nonzero in the low dtype when e + k >= log2 of its
-    # smallest subnormal (g * 2**k > half of it; the exact tie rounds to 0)
-    floor = round(math.log2(low.smallest_subnormal))
-    counts: dict[int, int] = {}
-    total = 0
-    for g in ref_grads.values():
-        if g is None or not g.numel():
-            continue
-        # frexp's exponent read off float32's bits (five times faster than frexp): biased exponent b is 2**(b-127)
-        # for a normal number, so frexp's e = b - 126; b = 0 holds the zeros and float32's subnormals, which no
-        # loss scale below 2**100 lifts: counted at the lowest exponent
-        biased = torch.bincount(((g.float().view(torch.int32) >> 23) & 0xFF).flatten(), minlength=256).tolist()
-        zeros = g.numel() - int(torch.count_nonzero(g))
-        biased[0] -= zeros
-        for b, c in enumerate(biased):
-            if c:
-                e = b - 126 if b else -149
-                counts[e] = counts.get(e, 0) + c
-        total += g.numel() - zeros
-    smallest = None
-    if total:
-        allowed = (1 - KEEP_FRACTION) * total
-        lost = 0
-        k_min = None
-        for e in sorted(counts):  # the scale must lift every exponent above what may be lost
-            if lost + counts[e] > allowed:
-                k_min = floor - e
-                break
-            lost += counts[e]
-        smallest = 2.0 ** k_min if k_min is not None else None
-    largest = None
-    if backward_max > 0 and math.isfinite(backward_max):
-        largest = 2.0 ** math.floor(math.log2(low.overflow_threshold / backward_max))
-        if largest * backward_max >= low.overflow_threshold:
-            largest /= 2
-    return smallest, largest
-
-
-_NORM_CLASS = re.compile(r"Norm(alization)?(\d+d)?\Z")  # LayerNorm, LlamaRMSNorm, GroupNorm, T5LayerNorm
-
-
-def _is_norm(module: nn.Module) -> bool:
-    # BatchNorm's statistics run over the batch, not a row: zeroing one row does not collapse them
-    name = type(module).__name__
-    return bool(_NORM_CLASS.search(name)) and "BatchNorm" not in name
-
-
-def _collapse_first_row(model: nn.Module) -> int:
-    """A forward pre-hook on every norm module: row 0 of its input (along the last axis) set to zeros, the
-    collapsed row a constant or padded position gives, whose variance is exactly 0."""
-    def hook(module, args):
-        if not args or not isinstance(args[0], torch.Tensor) or args[0].dim() < 2:
-            return None
-        x = args[0]
-        keep = torch.ones(x.shape[-2], 1, dtype=x.dtype)
-        keep[0] = 0
-        return (x * keep, *args[1:])
-    found = 0
-    for module in model.modules():
-        if _is_norm(module):
-            module.register_forward_pre_hook(hook)
-            found += 1
-    return found
-
-
-def collapsed_row(setup: TrainSetup, regime: Regime, seed: int = 0) -> tuple[Event | None, bool, int, Any] | None:
-    """The backward through a zero row at every norm: the first inf/NaN in the regime, whether float32's is
-    finite, how many norm modules, and the program run (its nodes name the source lines); None when the model
-    has no norm module. Run on the batch's first sample where the inputs share a batch axis (one row is what it
-    is about: a quarter of the work on a batch of 4), on the whole batch where that fails."""
-    first = _first_sample(setup)
-    if first is not None:
-        try:
-            return _collapsed_row(first, regime, seed)
-        except InputError:
-            pass  # a model or loss_fn that needs the whole batch (a fixed reshape, targets it closes over)
-    return _collapsed_row(setup, regime, seed)
-
-
-def _first_sample(setup: TrainSetup) -> TrainSetup | None:
-    tensors = [a for a in setup.flat if isinstance(a, torch.Tensor) and a.dim() >= 1]
-    sizes = {t.shape[0] for t in tensors}
-    if len(sizes) != 1 or min(sizes) < 2:
-        return None
-    flat = [a[:1] if isinstance(a, torch.Tensor) and a.dim() >= 1 else a for a in setup.flat]
-    return dataclasses.replace(setup, flat=flat)
-
-
-def _collapsed_row(setup: TrainSetup, regime: Regime, seed: int) -> tuple[Event | None, bool, int, Any] | None:
-    counted: list[int] = []
-    ref, reg = capture_pair(setup, regime, hooks=lambda m: counted.append(_collapse_first_row(m)))
-    if not counted or not counted[0]:
-        return None
-    torch.manual_seed(seed)
-    with user_code(setup.spec, "the float32 step on a collapsed row"):
-        loss = run_loss(ref.module, ref.flat, Recorder())
-        loss.backward()
-    ref_finite = math.isfinite(float(loss.detach())) and all(
-        p.grad is None or all_finite(p.grad) for _, p in ref.named_parameters())
-    torch.manual_seed(seed)
-    rec = Recorder()
-    with user_code(setup.spec, f"the {regime.name} step on a collapsed row"), RoundingMode(rec):
-        loss = run_loss(reg.module, reg.flat, rec)
-        loss.backward()
-    finite = all(p.grad is None or all_finite(p.grad) for _, p in reg.named_parameters())
-    # the backward's first inf/NaN, whether float32's is finite or not (the finding says which): the forward's
-    # (T5's log(0) before its where) are the program's own, not the collapsed row's
-    event = next((e for e in rec.events if e.phase == "backward"), None) if not finite else None
-    return event, ref_finite, counted[0], reg.module

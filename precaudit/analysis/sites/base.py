@@ -113,12 +113,19 @@ FACT_NAMES.update({
                              "backward_bound", "bound_formula", *_REGIME, *_FMT},
     # traced: per parameter, its gradient and update against the float32 reference's
     "train_grad": {"param", "elements", "ref_nonzero", "underflow_unscaled", "underflow_scaled", "subnormal_scaled",
-                   "loss_scale", "cosine", "rel_error", "grad_dtype", "inputs_from", *_NOISE, *_REGIME, *_FMT},
+                   "loss_scale", "cosine", "rel_error", "grad_dtype", "inputs_from", *_NOISE, *_REGIME, *_FMT,
+                   # float16: the scale the run starts at, and the largest that keeps the backward finite (where
+                   # the step ran at it) with the gradient there and the run's against it; phrases of the message
+                   "loss_scale_start", "best_scale", "cosine_best", "rel_error_best", "underflow_best",
+                   "underflow_cosine", "backed_off", "direction_note", "at_best"},
     "train_update": {"param", "elements", "ref_changed", "absorbed", "absorbed_fraction", "lr", "weights_dtype",
                      "absmedian", "steps", "inputs_from", *_NOISE, *_REGIME, *_FMT},
     # traced: the loss-scale window (fp16 regimes), against GradScaler's start
     "train_loss_scale": {"scale_init", "scale_min", "scale_max", "window_empty", "skipped_steps", "growth_steps",
-                         "backward_max", "keep_fraction", "scaler", "inputs_from", *_REGIME, *_FMT},
+                         "backward_max", "keep_fraction", "scaler", "inputs_from", *_REGIME, *_FMT,
+                         # measured: the share of gradient elements lost to 0 at the start and at the top, and
+                         # the parameters that lose elements or their direction there
+                         "top_measured", "lost_start", "lost_top", "params_start", "params_top"},
     # traced: the first inf/NaN of the regime's step, where float32's step was finite
     "train_first_nonfinite": {"op", "phase", "autograd_node", "forward_op", "dtype", "nonfinite_fraction",
                               "input_absmax", "ref_finite", "loss_scale", "inputs_from", *_REGIME, *_FMT},
