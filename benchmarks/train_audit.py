@@ -80,7 +80,8 @@ import json, sys, time
 sys.path.insert(0, {str(HERE.parent)!r})
 from train_audit import make
 from precaudit.report.json import render_json
-from precaudit.train.audit import TrainOptions, run_train_audit
+from precaudit.pipeline import run_train_audit
+from precaudit.train.audit import TrainOptions
 regime, trace = sys.argv[1], sys.argv[2] == "--trace"
 seconds = []
 for _ in range(2):

@@ -386,7 +386,8 @@ def train_audit(model: Any, inputs: Any = None, loss_fn: Any = None, optimizer: 
     multiprocessing code (the worker imports the script's module). Objects run in this process, without a time
     limit: they are yours, already running here, and would have to be pickled to go anywhere else."""
     from .config import check_setting
-    from .train.audit import TrainOptions, run_train_audit
+    from .pipeline import run_train_audit
+    from .train.audit import TrainOptions
 
     spec = check_path(model, "model") if isinstance(model, (str, os.PathLike)) else None
     if spec is None and not _is_module(model):

@@ -15,7 +15,8 @@ def train(given: Given) -> int:
     from ..context import Audit
     from ..files import check_output, note_read
     from ..frontends.torch_input import torch_input_files
-    from ..train.audit import TrainOptions, run_train_audit
+    from ..pipeline import run_train_audit
+    from ..train.audit import TrainOptions
 
     model, output = given.model, given.output
     if output is not None:

@@ -11,14 +11,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
-from ..pipeline import exit_code_of
-from ..result import AuditResult
-from .regimes import REGIMES, regime_named
+from .regimes import REGIMES
 
 if TYPE_CHECKING:
-    from ..context import Audit
+    pass
 
-__all__ = ["MAX_STEPS", "TrainOptions", "run_train_audit"]
+__all__ = ["MAX_STEPS", "TrainOptions", "audit_training", "checked"]
 
 # The audit is about the first steps of a run (the loss scale, the first inf/NaN, updates that do not land), and
 # each step is several forward and backward passes, the regime's emulated op by op (GPT-2 small: some 25 s); more
@@ -91,67 +89,6 @@ def _positive(option: str, value: Any) -> float:
     raise InputError(None, f"{option} must be a finite number above 0, not {_shown(value)}")
 
 
-def run_train_audit(spec: str, options: TrainOptions, made: Any = None, debug: bool = False,
-                    audit: Audit | None = None):
-    """The Outcome of auditing one training factory (or, from the API, what a factory would have returned).
-
-    audit: the run's context as check has it (the [tool.precaudit] table under the flags: rules, selectors,
-    per-model and per-node ignores, baseline, fail-on); without one, options' own select, ignore, rules, fail_on and
-    baseline, and no configuration file.
-    A factory spec is imported, called and stepped in a worker process with options.timeout: what it prints goes
-    to stderr, and an exit, a fork, a crash or a hang in it is one error. Objects (made) run here, in the caller's
-    process, without a time limit: they are the caller's own, already running, and would have to be pickled."""
-    from ..report.locations import repo_root
-    from ..report.outcome import Outcome
-
-    options.validate()
-    regime = regime_named(options.regime)
-    if audit is None:
-        audit = _context_of(options)
-    rules = audit.rules
-    options.fail_on, options.baseline = audit.settings.fail_on, audit.settings.baseline
-    result = AuditResult()
-    try:
-        if made is None:  # the user's code runs in a worker of its own (parallel.run_isolated says why)
-            from ..parallel import run_isolated
-
-            findings, gradients = run_isolated(_audit, (spec, regime, options, rules, None), spec,
-                                               "running the factory and its step", options.timeout or None, debug,
-                                               preload="precaudit.train.step")
-        else:
-            findings, gradients = _audit(spec, regime, options, rules, made)
-        result.findings = audit.ignored(findings)
-        if gradients is not None:
-            result.gradients[spec] = gradients
-        result.models.append(spec)
-    except InputError as exc:
-        result.errors.append(exc)
-    except (Exception, SystemExit) as exc:
-        if debug:
-            import traceback
-
-            traceback.print_exc()
-        from ..audit_models import _internal_error
-        result.errors.append(_internal_error(spec, exc))
-    counted = result.findings
-    match = None
-    if options.baseline:
-        from ..baseline import apply_baseline
-        match = apply_baseline(options.baseline, counted, result.models)
-        counted = match.new
-        result.findings = counted
-    code = exit_code_of(counted, bool(result.errors), options.fail_on)
-    settings = {"dtype": regime.low, "regime": regime.name, "regime_summary": regime.summary,
-                "fail_on": options.fail_on, "trace": options.trace, "steps": options.steps,
-                "select": options.select, "ignore": options.ignore, "rules": options.rules,
-                "baseline": options.baseline, "preview": options.preview, "keep_fp32": [], "format": "text",
-                "check_weights": True, "converter": "plain", "autocast": "cuda" if regime.autocast else None,
-                "config_file": audit.settings.config_file,
-                # nothing was checked where the factory or its step failed (the error says why)
-                "checked": checked(rules, options, regime, result.gradients.get(spec)) if result.models else None}
-    return Outcome(result=result, settings=settings, exit_code=code, rules=rules, root=repo_root(), baseline=match)
-
-
 _TRACED_SITES = {"train_grad", "train_update", "train_loss_scale", "train_first_nonfinite", "train_collapsed_row"}
 _STATIC_SITES = {"train_optimizer", "train_update_bound", "train_norm_backward", "train_guard_backward"}
 
@@ -185,17 +122,7 @@ def checked(rules, options: TrainOptions, regime, gradients) -> dict[str, Any]:
     return out
 
 
-def _context_of(options: TrainOptions) -> Audit:
-    """The audit context of options' own select, ignore, rules, fail_on and baseline, with no configuration file."""
-    from ..config import load_settings
-    from ..context import Audit
-
-    given = {"select": options.select, "ignore": options.ignore, "rules": options.rules, "fail_on": options.fail_on,
-             "baseline": options.baseline, "preview": options.preview}
-    return Audit.of(load_settings({k: v for k, v in given.items() if v not in (None, [], False)}, config=None))
-
-
-def _audit(spec: str, regime, options: TrainOptions, rules, made: Any):
+def audit_training(spec: str, regime, options: TrainOptions, rules, made: Any):
     """The findings, and (traced) the step's gradient profile for the HTML report."""
     import dataclasses
 
