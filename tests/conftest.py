@@ -1,9 +1,10 @@
 """What every test file shares: the tiers, the optional packages a test needs, and the folder a test runs in.
 
-Tiers: `python -m pytest -q` runs the default tier (every rule's fire/quiet fixture, the CLI, the API, the
-renderers, the runtimes, autocast at fp16); `python -m pytest -q -m slow` runs the rest (the real exporters on
-transformers models, the autocast matrix of every mode, the training sweep, hostile training code in its worker,
-every fixture rendered as HTML, models over 1 GB). CI (.ci/run) runs both. A test joins the slow tier with
+Tiers: `python -m pytest -q` runs the default tier (every rule's fire/quiet fixture, each training rule's first
+firing and first quiet case among them, the CLI, the API, the renderers, the runtimes, the hostile-input fuzzing);
+`python -m pytest -q -m slow` runs the rest (the PyTorch frontend, autocast and training tests that capture modules
+and run real steps, the real exporters on transformers models, the training sweep, every fixture rendered as HTML,
+models over 1 GB). CI (.ci/run) runs both. A test joins the slow tier with
 `@pytest.mark.slow` (or `pytestmark` for a file) when it takes seconds and covers what a default-tier test already
 reaches.
 

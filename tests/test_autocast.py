@@ -33,6 +33,9 @@ MODES = {
 NONE: dict[str, tuple[str, ...]] = {mode: () for mode in MODES}
 
 
+pytestmark = pytest.mark.slow  # PyTorch captures and real steps: seconds each
+
+
 def line_of(path: Path, text: str) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 

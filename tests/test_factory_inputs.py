@@ -19,6 +19,9 @@ import torch
 from torch import nn
 
 
+pytestmark = pytest.mark.slow  # PyTorch captures and real steps: seconds each
+
+
 class Masked(nn.Module):
     """A hand LayerNorm (eps 1e-12 rounds to 0 in float16) and a mask fill of -1e9 (beyond float16)."""
 

@@ -32,7 +32,25 @@ def test_fixture_files_were_found():
     assert sorted(module_of(rule) for rule in RULES) == MODULES  # every module is a rule's: none left unrun
 
 
-@pytest.mark.parametrize("example", EXAMPLES,
+
+
+def _tiered(runs: dict[str, list]) -> list:
+    """Every example, the default tier keeping each training rule's first firing and first quiet case (each is a
+    real training step, seconds long): the rest of those run in the slow tier."""
+    params = []
+    for examples in runs.values():
+        kept = set()
+        for e in examples:
+            if e.case.command == "train" and e.fires in kept:
+                params.append(pytest.param(e, marks=pytest.mark.slow))
+                continue
+            if e.case.command == "train":
+                kept.add(e.fires)
+            params.append(e)
+    return params
+
+
+@pytest.mark.parametrize("example", _tiered(RUNS),
                          ids=[f"{e.module}:{e.case.name}" + (f":{e.engine}" if e.engine else "") for e in EXAMPLES])
 def test_case(example, tmp_path):
     assert run_example(example, COMMANDS, tmp_path) == []

@@ -27,6 +27,8 @@ from precaudit.frontends.torch_input import load_torch_for_trace, torch_input_fi
 from precaudit.options import TorchOptions  # noqa: E402
 from tests.helpers import run_cli_process, run_json  # noqa: E402
 
+pytestmark = pytest.mark.slow  # PyTorch captures and real steps: seconds each
+
 
 def one_error_line(err: str, *needles: str) -> str:
     lines = [line for line in err.splitlines() if line.strip()]

@@ -16,6 +16,8 @@ from onnx import helper as h
 
 from precaudit.cli import main
 
+pytestmark = pytest.mark.slow  # the converter and onnxruntime run per candidate list: seconds each
+
 
 def _body_reads_a_later_value(path: Path) -> Path:
     """y = If(cond, then: v·2, else: v) where v = Cast(x) is made by the node after the If, as onnxruntime's

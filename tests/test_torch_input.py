@@ -17,6 +17,9 @@ SRC = Path(__file__).resolve().parent.parent / "fixtures" / "torch_src" / "hazar
 HAZARDS = SRC.relative_to(Path.cwd()).as_posix() if SRC.is_relative_to(Path.cwd()) else str(SRC)
 
 
+pytestmark = pytest.mark.slow  # PyTorch captures and real steps: seconds each
+
+
 def line_of(text: str) -> int:
     """The line of hazards.py holding this text: tests follow the source instead of hard-coding numbers."""
     return next(i for i, line in enumerate(SRC.read_text().splitlines(), 1) if text in line)

@@ -15,6 +15,8 @@ import precaudit  # noqa: E402
 from fixtures.train_models import adam_eps_1e_8, adamw_lr_1e_5, spec  # noqa: E402
 from precaudit.cli import main  # noqa: E402
 
+pytestmark = pytest.mark.slow  # PyTorch captures and real steps: seconds each
+
 
 def test_api_takes_objects_and_finds_what_the_command_finds():
     model, x, loss_fn, optimizer = adam_eps_1e_8()

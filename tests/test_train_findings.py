@@ -9,7 +9,7 @@ from fixtures.train_models import spec
 from precaudit.cli import main
 from tests.helpers import run_json
 
-pytestmark = pytest.mark.requires("torch")
+pytestmark = [pytest.mark.requires("torch"), pytest.mark.slow]  # real training steps: seconds each
 
 
 def _findings(tmp_path, factory: str, *args: str) -> dict[tuple[str, str], dict]:
