@@ -14,12 +14,11 @@ import precaudit  # noqa: E402
 from precaudit.cli import main  # noqa: E402
 from tests.helpers import run_json  # noqa: E402
 
+pytestmark = pytest.mark.slow  # PyTorch captures and real steps: seconds each
+
 FACTORIES = '''
 import torch
 from torch import nn
-
-
-pytestmark = pytest.mark.slow  # PyTorch captures and real steps: seconds each
 
 
 class Masked(nn.Module):
