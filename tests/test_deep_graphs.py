@@ -365,6 +365,7 @@ def test_resnet_depth_cnn_onnx_export(resnet_py, tmp_path, capsys):
     assert [(r["rule_id"], r["op_type"]) for r in report["results"]] == [("PA201", "Log")]
 
 
+@pytest.mark.slow  # a PyTorch capture or training step: seconds
 def test_resnet_depth_cnn_factory(resnet_py, tmp_path, capsys):
     code, report = _audit([f"{resnet_py}:factory"], "--dtype", "fp16", tmp_path=tmp_path, capsys=capsys)
     assert report["errors"] == []

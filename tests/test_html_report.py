@@ -260,6 +260,7 @@ def _train_page(tmp_path: Path, spec: str, *args: str) -> tuple[int, str, Elemen
     return code, page, parse(page)
 
 
+@pytest.mark.slow  # a PyTorch capture or training step: seconds
 def test_training_report_charts_each_parameters_gradient_against_the_window(tmp_path):
     """A mean cross-entropy weighted 1e-9 under amp-fp16: every parameter's gradient drawn at GradScaler's 2^16,
     each losing elements to 0 there, and the window's lowest-kept level where its smallest scale puts it."""
@@ -287,6 +288,7 @@ def test_training_report_charts_each_parameters_gradient_against_the_window(tmp_
 _NO_DOTS = "<script>alert(1)</script><img src=x onerror=alert(2)>&amp;"
 
 
+@pytest.mark.slow  # a PyTorch capture or training step: seconds
 def test_training_report_escapes_the_models_names(tmp_path):
     factory = tmp_path / "hostile.py"
     factory.write_text(

@@ -223,6 +223,7 @@ def cast_back():
 '''
 
 
+@pytest.mark.slow  # a PyTorch capture or training step: seconds
 @pytest.mark.parametrize("factory,expect", [("promoted", set()), ("cast_back", {"PA102", "PA208"})])
 @pytest.mark.requires("torch")
 def test_a_float16_operand_of_a_promoting_op_ends_no_island(tmp_path, factory, expect):

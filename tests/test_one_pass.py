@@ -86,6 +86,7 @@ def test_check_keep_list_fix_and_the_api_agree_node_for_node(project, capsys):
     assert report.exit_code == 0 and report.ok  # PA102 is a warning: below the default fail_on error
 
 
+@pytest.mark.slow  # a PyTorch capture or training step: seconds
 @pytest.mark.requires("torch")
 def test_an_inline_suppression_holds_in_check_keep_list_and_the_api(tmp_path, monkeypatch, capsys):
     """`# precaudit: ignore[PA101]` on the Python line silences PA101 there for every command (keep-list listed

@@ -43,6 +43,7 @@ def test_report_refuses_a_file_only_a_worker_read(models, tmp_path, capsys):
     assert data.read_bytes() == before
 
 
+@pytest.mark.slow  # a PyTorch capture or training step: seconds
 @pytest.mark.requires("torch")
 def test_a_worker_that_dies_is_that_models_error(tmp_path, capsys):
     source = tmp_path / "model.py"
