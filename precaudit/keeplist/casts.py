@@ -15,13 +15,12 @@ reads it: every float input of each kept node must be float32 there.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..converters import KeepArgs
 from ..ir import duplicate_renames
+from .child import run_child
 
 if TYPE_CHECKING:
     from . import KeepList
@@ -33,7 +32,6 @@ _NARROW = {"fp16": "FLOAT16", "bf16": "BFLOAT16"}
 # ops whose output type an attribute sets, or that compute nothing on float data: no cast around them
 _TYPED = {"Cast", "Constant", "ConstantOfShape", "RandomNormal", "RandomUniform", "RandomNormalLike",
           "RandomUniformLike", "EyeLike", "Bernoulli", "Multinomial", "Shape", "Size"}
-_TIMEOUT = 1800  # seconds, as the snippet's own run
 
 
 @dataclass
@@ -159,11 +157,8 @@ except Exception as exc:
 def check_written(path: str, names: list[str], check: SnippetCheck, runtime: str) -> None:
     """onnx.checker accepts the written model (in a child), and each listed node reads only float32 there: fills
     check.problem where not, and says what was checked in check.how."""
-    try:
-        proc = subprocess.run([sys.executable, "-I", "-c", _CHECKER, path], capture_output=True, text=True,
-                              timeout=_TIMEOUT, errors="replace", check=False)
-    except subprocess.TimeoutExpired:
-        check.problem = f"onnx.checker did not finish with the written model in {_TIMEOUT} s"
+    proc = run_child(["-c", _CHECKER, path], check, "onnx.checker did not finish with the written model")
+    if proc is None:
         return
     if proc.returncode != 0:
         check.problem = "onnx.checker refuses the model the snippet writes: " + \

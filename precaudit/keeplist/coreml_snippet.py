@@ -18,12 +18,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 import tempfile
 from typing import TYPE_CHECKING
 
 from ..converters import KeepArgs
+from .child import run_child
 
 if TYPE_CHECKING:
     from ..options import TorchOptions
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["check_coreml", "kept_names", "paste_coreml"]
 
-_TIMEOUT = 1800  # seconds, as the other snippets' runs
 UNVERIFIED = "Core ML predicts on macOS only"
 
 
@@ -136,11 +134,8 @@ def check_coreml(keep: KeepList, torch_options: TorchOptions, render) -> Snippet
             fh.write(_PREAMBLE.format(program=saved) + render(dataclasses.replace(args, out_path=out)) + "\n"
                      + _POSTAMBLE)
         check = SnippetCheck(True, "ran with the installed coremltools", loader="coremltools")
-        try:
-            proc = subprocess.run([sys.executable, "-I", script], capture_output=True, text=True, timeout=_TIMEOUT,
-                                  errors="replace", check=False)
-        except subprocess.TimeoutExpired:
-            check.problem = f"the snippet did not finish in {_TIMEOUT} s"
+        proc = run_child([script], check, "the snippet did not finish")
+        if proc is None:
             return check
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:

@@ -6,16 +6,15 @@ where OpenVINO keeps them itself. No GPU here: what the IR computes in float16 i
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import TYPE_CHECKING
+
+from .child import run_child
 
 if TYPE_CHECKING:
     from .snippet_run import SnippetCheck
 
 __all__ = ["check_ir"]
 
-_TIMEOUT = 1800  # seconds, as the snippet's own run
 
 # argv: the IR's .xml. Prints the IR's layers as JSON; exit 3 when OpenVINO cannot read it, 4 when the CPU plugin
 # cannot compile it (the message on stderr).
@@ -59,11 +58,8 @@ _FLOATS = {"f32", "f16", "bf16", "f64"}
 
 def check_ir(path: str, keep: dict[str, list[str]], check: SnippetCheck) -> None:
     """Read the IR at path (in a child) and fill check: loads, problem, how."""
-    try:
-        proc = subprocess.run([sys.executable, "-I", "-c", _READER, path], capture_output=True, text=True,
-                              timeout=_TIMEOUT, errors="replace", check=False)
-    except subprocess.TimeoutExpired:
-        check.problem = f"OpenVINO did not finish reading the IR in {_TIMEOUT} s"
+    proc = run_child(["-c", _READER, path], check, "OpenVINO did not finish reading the IR")
+    if proc is None:
         return
     if proc.returncode != 0:
         # loads stays None: the lists keep-list tries where onnxruntime refuses a model (without control flow) are

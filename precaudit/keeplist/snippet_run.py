@@ -16,8 +16,6 @@ import json
 import math
 import os
 import re
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -25,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..converters import KeepArgs
+from .child import run_child
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -34,7 +33,6 @@ __all__ = ["RUNNABLE", "SnippetCheck", "Written", "check_snippet"]
 # --for → the module the snippet imports: its converter is installed when this is found
 RUNNABLE = {"onnxruntime": "onnxruntime.transformers.onnx_model", "onnxconverter-common": "onnxconverter_common",
             "openvino": "openvino"}
-_TIMEOUT = 1800  # seconds: the converters run shape inference, which takes minutes on the largest models
 
 
 @dataclass
@@ -102,11 +100,8 @@ def check_snippet(target_for: str, args: KeepArgs, render, target, rules, batche
         with open(script, "w", encoding="utf-8") as fh:
             fh.write(render(dataclasses.replace(args, out_path=out, in_memory=False)) + "\n")  # (reads the file)
         check = SnippetCheck(True, f"ran with the installed {module.split('.')[0]}", inputs=inputs)
-        try:
-            proc = subprocess.run([sys.executable, "-I", script], cwd=os.getcwd(), capture_output=True, text=True,
-                                  timeout=_TIMEOUT, errors="replace", check=False)
-        except subprocess.TimeoutExpired:
-            check.problem = f"the snippet did not finish in {_TIMEOUT} s"
+        proc = run_child([script], check, "the snippet did not finish", cwd=os.getcwd())
+        if proc is None:
             return check
         if proc.returncode != 0 or not os.path.exists(out):
             check.problem = "the snippet failed: " + _last_line(proc.stderr)
@@ -208,11 +203,8 @@ def _run_converted(path: str, folder: str, batches: list[dict[str, np.ndarray]],
         np.savez(feeds, **arrays)  # type: ignore[arg-type]  # (numpy's stub takes the first keyword for allow_pickle)
         with open(feeds + ".json", "w", encoding="utf-8") as fh:
             json.dump({"batches": [list(f) for f in batches], "outputs": names}, fh)
-    try:
-        proc = subprocess.run([sys.executable, "-I", "-c", _RUNNER, path, feeds, outs], capture_output=True,
-                              text=True, timeout=_TIMEOUT, errors="replace", check=False)
-    except subprocess.TimeoutExpired:
-        check.problem = f"onnxruntime did not finish with the converted model in {_TIMEOUT} s"
+    proc = run_child(["-c", _RUNNER, path, feeds, outs], check, "onnxruntime did not finish with the converted model")
+    if proc is None:
         return None
     loaded = proc.stdout.startswith("loaded")
     check.loads = True if loaded else None
