@@ -6,7 +6,6 @@ import dataclasses
 import gc
 import os
 from collections.abc import Callable
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from .analysis.collect import collect_sites
@@ -14,6 +13,7 @@ from .analysis.compute_dtype import DtypeResolver
 from .analysis.quantized import quantization
 from .analysis.sites.base import Site
 from .analysis.sites.weight import find_weight_sites
+from .collector import collector_paused
 from .deployment import Deployment
 from .errors import InputError
 from .finding import Finding
@@ -49,25 +49,6 @@ def _load(path: str, torch_options: TorchOptions | None, target: str) -> Graph:
         return load_torch(path, torch_options or TorchOptions(), target)
     raise InputError(path, "unsupported model type: precaudit reads .onnx files and PyTorch models "
                            "(model.py:factory, package.module:factory, .pt2, TorchScript .pt)")
-
-
-@contextmanager
-def _collector_paused(pause: bool = True):
-    """Python's cycle collector paused while a static audit builds and reads its graph.
-
-    The graph is tens of thousands of small linked objects, nearly all alive until the audit ends, and a static
-    audit makes little cyclic garbage; the collector, which runs every 700 allocations and walks every object of
-    the generations it collects, would walk the growing graph again and again (a quarter of the time it takes to
-    build). Paused only where precaudit's own code runs: a PyTorch model's capture and traced mode keep it.
-    """
-    if not pause or not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def static_matches(graph: Graph, resolver: DtypeResolver, rules: list[Rule], path: str, weights: bool = False,
@@ -126,9 +107,10 @@ def audit_models(paths: list[str], deployment: Deployment, rules: list[Rule],
             gc.collect()
         try:
             deployment.check_runs(path)
-            with _collector_paused(path.lower().endswith(".onnx")):
+            # paused only where precaudit's own code runs: a PyTorch model's capture keeps the collector
+            with collector_paused(path.lower().endswith(".onnx")):
                 graph = load_graph(path, torch_options, deployment.fmt.name, dims, strict_dims)
-            with _collector_paused():
+            with collector_paused():
                 resolver = deployment.resolver(graph)
                 if dtype_maps:
                     from .report.dtype_map import node_dtypes
@@ -146,7 +128,7 @@ def audit_models(paths: list[str], deployment: Deployment, rules: list[Rule],
                 traced, result.traces[path] = _traced(path, graph, resolver, mine, torch_options, deployment)
             weights = find_weight_sites(graph, resolver) if (trace is not None or check_weights) and weight_rules \
                 else []
-            with _collector_paused():
+            with collector_paused():
                 findings = apply_rules(rules, sites, path)
                 # a traced number holds for the inputs it was measured on, and says which
                 source = result.traces[path].source if traced else None

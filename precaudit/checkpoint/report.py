@@ -7,18 +7,16 @@ escape.printable, since a tensor name from a stranger's header can hold a newlin
 
 from __future__ import annotations
 
-import gc
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..collector import collector_paused
 from ..escape import printable
 from ..version import __version__
 from .findings import RULES, ScaleFinding, ScaleTensor
 
-__all__ = ["SCHEMA_VERSION", "ScanReport", "collector_paused"]
+__all__ = ["SCHEMA_VERSION", "ScanReport"]
 
 SCHEMA_VERSION = "1.0"
 TEXT_FINDINGS_PER_RULE = 20  # the text report's lines per check; JSON and SARIF carry every finding
@@ -97,21 +95,6 @@ class ScanReport:
 
     def to_text(self) -> str:
         return "\n".join(_text_lines(self)) + "\n"
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cycle collector paused while a scan runs or renders: a large MoE checkpoint is some 200,000 small
-    objects alive to the end, which the collector would walk again and again for no garbage (a third of a scan's
-    time, measured on 92,000 tensors; as audit_models pauses it for a graph)."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _json_text(document: dict[str, Any]) -> str:

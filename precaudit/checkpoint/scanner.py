@@ -6,6 +6,7 @@ import os
 import time
 from typing import Any
 
+from ..collector import collector_paused
 from ..files import open_regular
 from ..options import check_path
 from .checks import config_findings, sibling_findings, unit_findings, value_findings
@@ -13,7 +14,7 @@ from .config import read_config
 from .findings import ScaleFinding, ScaleTensor
 from .header import TensorInfo
 from .layouts import SCALE_ROLES, Part, Unit, find_units
-from .report import ScanReport, collector_paused
+from .report import ScanReport
 from .sources import open_checkpoint
 from .values import COUNTED, count_all, read_small
 
