@@ -157,6 +157,34 @@ def test_all_finite_is_exact_where_a_sum_overflows():
     assert all_finite(torch.tensor([]))
 
 
+def test_emulated_ops_on_reused_upcast_buffers_round_as_on_fresh_copies():
+    """The emulation's float32 copies of large float16 inputs come from buffers reused from op to op: a transposed
+    or permuted input is copied with its own strides, so each op's float16 output is bit-identical to the op on
+    .float()'s copies rounded once, however often the buffers are reused; an output that holds a buffer's memory
+    keeps it (the buffer is not handed to the next op)."""
+    from precaudit.train.emulate import Recorder, RoundingMode, _Scratch
+
+    torch.manual_seed(0)
+    a = (torch.randn(300, 400) * 1e-3).half()
+    b = torch.randn(300, 500).half()
+    c = torch.randn(20, 30, 200).half()
+    want = [a.t().float().mm(b.float()).half(), (a.float() * b.float()[:, :400]).half(),
+            c.permute(2, 0, 1).float().softmax(-1).half()]
+    mode = RoundingMode(Recorder())
+    with mode:
+        for _ in range(3):  # the second and third runs take the first's buffers
+            got = [a.t().mm(b), a * b[:, :400], c.permute(2, 0, 1).softmax(-1)]
+            assert all(g.dtype == torch.float16 and g.stride() == w.stride() and torch.equal(g.view(torch.int16),
+                       w.view(torch.int16)) for g, w in zip(got, want))
+    assert mode._scratch.free  # it did reuse buffers
+    scratch, taken = _Scratch(), []
+    copy = scratch.upcast(a, taken)
+    scratch.give_back(taken, [copy.view(-1)])  # an op that returned (a view of) its input's copy
+    assert scratch.free == {}
+    scratch.give_back(taken, [copy.sum()])
+    assert [t.numel() for t in scratch.free[a.numel()]] == [a.numel()]
+
+
 def test_emulated_fp16_agrees_with_a_real_fp16_cpu_step():
     """Ground truth in float16: model.half() stepped with PyTorch's own CPU kernels. Adam's eps 1e-8 is 0 there:
     the real step and the emulated one turn the same weights, element for element, into inf/NaN, and the

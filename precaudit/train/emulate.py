@@ -160,6 +160,7 @@ class RoundingMode(TorchDispatchMode):
         self.recorder = recorder
         self.emulate = emulate  # False: only record (the float32 reference)
         self._dtypes: dict[Any, Any] = {}
+        self._scratch = _Scratch()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -176,11 +177,13 @@ class RoundingMode(TorchDispatchMode):
             # no meta kernel: the op runs as PyTorch's CPU kernel does; no float output (a comparison, an
             # assertion on the dtype): nothing to round, and the op must see its inputs' own dtypes
             return func(*args, **kwargs)
-        up = pytree.tree_map(_upcast, (args, kwargs))
+        taken: list[torch.Tensor] = []
+        up = pytree.tree_map(lambda a: self._scratch.upcast(a, taken), (args, kwargs))
         out = func(*up[0], **up[1])
         leaves, spec = pytree.tree_flatten(out)
         rounded = [t.to(d) if isinstance(t, torch.Tensor) and d is not None and t.dtype != d else t
                    for t, d in zip(leaves, dtypes)]
+        self._scratch.give_back(taken, rounded)
         return pytree.tree_unflatten(rounded, spec)
 
     def _output_dtypes(self, func, args, kwargs):
@@ -205,6 +208,56 @@ class SameDrawsMode(TorchDispatchMode):
         out = func(*narrow[0], **narrow[1])
         return pytree.tree_map(lambda t: t.double() if isinstance(t, torch.Tensor) and t.dtype == torch.float32
                                else t, out)
+
+
+class _Scratch:
+    """float32 buffers for the upcast copies, reused from op to op. A fresh large tensor is fresh pages, and first
+    touching them costs more than converting into them (GPT-2 small's backward upcasts the same few shapes dozens
+    of times: a 512 x 50257 gradient, a 50257 x 768 weight). A buffer holds the copy with the input's own strides,
+    as .float() lays it out, so the op computes exactly what it would on .float()'s copy."""
+
+    def __init__(self) -> None:
+        self.free: dict[int, list[torch.Tensor]] = {}
+        self.held = 0  # bytes in self.free
+
+    def upcast(self, a: Any, taken: list[torch.Tensor]) -> Any:
+        if not (isinstance(a, torch.Tensor) and a.dtype in LOW_DTYPES and a.numel() >= _POOLED
+                and _dense(a)):
+            return _upcast(a)
+        n = a.numel()
+        free = self.free.get(n)
+        if free:
+            buf = free.pop()
+            self.held -= 4 * n
+        else:
+            buf = torch.empty(n, dtype=torch.float32, device=a.device)
+        taken.append(buf)
+        return buf.as_strided(a.shape, a.stride()).copy_(a)
+
+    def give_back(self, taken: list[torch.Tensor], outs: list) -> None:
+        """The op's buffers back to the pool, but any an output holds (an op that returned its input's storage)."""
+        kept = {o.untyped_storage().data_ptr() for o in outs if isinstance(o, torch.Tensor)}
+        for buf in taken:
+            size = 4 * buf.numel()
+            if buf.untyped_storage().data_ptr() not in kept and self.held + size <= _POOL_BYTES:
+                self.free.setdefault(buf.numel(), []).append(buf)
+                self.held += size
+
+
+_POOLED = 1 << 16  # elements: a smaller upcast is a block the allocator already holds
+_POOL_BYTES = 1 << 29  # the most the pool keeps between ops (512 MiB): GPT-2 small's largest shapes twice over
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Whether t's elements fill its storage span without gaps or overlaps (any order of its axes): the layout
+    .float() keeps, and that a flat buffer of t.numel() elements can take."""
+    dims = sorted((s, n) for s, n in zip(t.stride(), t.shape) if n != 1)
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _upcast(a: Any) -> Any:
@@ -238,8 +291,9 @@ def _meta_dtypes(func, args, kwargs):
             for t in pytree.tree_leaves(out)]
 
 
+# casts, copies and reshapes (_unsafe_view is a view autograd does not track as one): nothing to compute or round
 _CASTS = {"aten._to_copy", "aten.to", "aten.copy_", "aten.clone", "aten.detach", "aten.lift_fresh",
-          "aten.alias", "aten.empty_like", "aten.zeros_like", "aten.ones_like", "aten.full_like"}
+          "aten.alias", "aten.empty_like", "aten.zeros_like", "aten.ones_like", "aten.full_like", "aten._unsafe_view"}
 
 
 def _emulable(func) -> bool:
