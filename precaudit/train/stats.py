@@ -3,7 +3,9 @@
 backward finite; its updates that did not land; and the loss-scale window the gradients allow.
 
 Each statistic reads every element once or twice: these run over every weight of the model, several gradients of
-each, and a pass that allocates a copy costs more there than the arithmetic does.
+each, and a pass that allocates a copy costs more there than the arithmetic does. What a pass must write (a mask,
+the scaled gradient) goes into a Scratch tensor reused from parameter to parameter: fresh pages as large as a
+gradient cost more to touch than to compute.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["KEEP_FRACTION", "NOISE_CHECK_COSINE", "REF_NOISE_COSINE", "UNDERFLOW_COSINE", "Agreement", "ParamStats",
-           "above_noise", "lost_share", "subnormal_share", "top_scale", "window"]
+           "Scratch", "above_noise", "lost_share", "subnormal_share", "top_scale", "window"]
 
 KEEP_FRACTION = 0.999  # the loss-scale window's bottom keeps this share of the reference's nonzero gradient elements
 NOISE_CHECK_COSINE = 0.999  # a regime gradient this far from float32's has float32's checked against float64
@@ -68,12 +70,28 @@ class ParamStats:
             self.underflow_cosine is not None and self.underflow_cosine < UNDERFLOW_COSINE)
 
 
+class Scratch:
+    """Tensors the statistics write into, one per purpose, grown to the largest gradient and reused for the rest."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, torch.dtype], torch.Tensor] = {}
+
+    def like(self, purpose: str, t: torch.Tensor, dtype: torch.dtype = torch.bool) -> torch.Tensor:
+        """A tensor of t's shape in dtype (contiguous; its values are whatever the last use left)."""
+        n = t.numel()
+        held = self._held.get((purpose, dtype))
+        if held is None or held.numel() < n:
+            held = self._held[(purpose, dtype)] = torch.empty(n, dtype=dtype, device=t.device)
+        return held[:n].view(t.shape)
+
+
 class Agreement:
     """One gradient compared with others: each vector divided by its largest |element| once (squares of gradients
-    below 1e-19 underflow float32), its norm kept, so each comparison is one dot product."""
+    below 1e-19 underflow float32), its norm kept, so each comparison is one dot product. out: a float32 tensor of
+    g's size to hold the unit vector (it is this Agreement's until its last comparison)."""
 
-    def __init__(self, g: torch.Tensor):
-        self.scale, self.unit, self.norm = _unit(g)
+    def __init__(self, g: torch.Tensor, out: torch.Tensor | None = None):
+        self.scale, self.unit, self.norm = _unit(g, out)
 
     def against(self, other: Agreement) -> tuple[float | None, float | None]:
         """The cosine of other against this, and |other - this| / |this|; None where this is 0 or either is not
@@ -89,7 +107,7 @@ class Agreement:
         return cosine, math.sqrt(max(square, 0.0)) / self.norm
 
 
-def _unit(g: torch.Tensor) -> tuple[float, torch.Tensor, float]:
+def _unit(g: torch.Tensor, out: torch.Tensor | None) -> tuple[float, torch.Tensor, float]:
     flat = g.detach().flatten()
     flat = flat if flat.dtype == torch.float32 else flat.float()
     if not flat.numel():
@@ -98,15 +116,19 @@ def _unit(g: torch.Tensor) -> tuple[float, torch.Tensor, float]:
     scale = max(-float(low), float(high))
     if not (scale > 0 and math.isfinite(scale)):
         return scale, flat, 0.0
-    unit = flat / scale
+    unit = flat / scale if out is None else torch.div(flat, scale, out=out.view(-1))
     return scale, unit, float(torch.linalg.vector_norm(unit))
 
 
-def lost_share(nonzero: torch.Tensor, grad: torch.Tensor | None, total: int) -> float:
-    """Of the reference's nonzero elements (the mask), the share this gradient has as 0."""
+def lost_share(nonzero: torch.Tensor | None, grad: torch.Tensor | None, total: int,
+               scratch: Scratch | None = None) -> float:
+    """Of the reference's nonzero elements (the mask; None: every element), the share this gradient has as 0."""
     if not total or grad is None:
         return 0.0
-    return int(torch.count_nonzero(nonzero & (grad == 0))) / total
+    zero = grad == 0 if scratch is None else torch.eq(grad, 0, out=scratch.like("zero", grad))
+    if nonzero is not None:
+        zero.logical_and_(nonzero)
+    return int(torch.count_nonzero(zero)) / total
 
 
 def above_noise(g_ref: torch.Tensor) -> torch.Tensor:
@@ -117,12 +139,18 @@ def above_noise(g_ref: torch.Tensor) -> torch.Tensor:
     return magnitude >= float(magnitude.max()) * 2.0 ** -23
 
 
-def subnormal_share(nonzero: torch.Tensor, grad: torch.Tensor | None, scale: float, total: int, low) -> float:
-    """Of the reference's nonzero elements, the share whose gradient, times the scale, is subnormal in low."""
+def subnormal_share(nonzero: torch.Tensor | None, grad: torch.Tensor | None, scale: float, total: int, low,
+                    scratch: Scratch) -> float:
+    """Of the reference's nonzero elements (None: every element), the share whose gradient, times the scale, is
+    subnormal in low."""
     if grad is None or not total:
         return 0.0
-    held = (grad * scale).abs_()
-    return int(torch.count_nonzero(nonzero & (held > 0) & (held < low.smallest_normal))) / total
+    held = torch.mul(grad, scale, out=scratch.like("held", grad, grad.dtype)).abs_()
+    tiny = torch.lt(held, low.smallest_normal, out=scratch.like("tiny", grad))
+    tiny.logical_and_(torch.gt(held, 0, out=scratch.like("zero", grad)))
+    if nonzero is not None:
+        tiny.logical_and_(nonzero)
+    return int(torch.count_nonzero(tiny)) / total
 
 
 def top_scale(backward_max: float, low) -> float | None:
@@ -145,13 +173,16 @@ def window(ref_grads: dict[str, torch.Tensor | None], backward_max: float, low) 
     floor = round(math.log2(low.smallest_subnormal))
     counts: dict[int, int] = {}
     total = 0
+    scratch = Scratch()
     for g in ref_grads.values():
         if g is None or not g.numel():
             continue
         # frexp's exponent read off float32's bits (five times faster than frexp): biased exponent b is 2**(b-127)
         # for a normal number, so frexp's e = b - 126; b = 0 holds the zeros and float32's subnormals, which no
         # loss scale below 2**100 lifts: counted at the lowest exponent
-        biased = torch.bincount(((g.float().view(torch.int32) >> 23) & 0xFF).flatten(), minlength=256).tolist()
+        bits = g.float().view(torch.int32)
+        exponent = torch.bitwise_right_shift(bits, 23, out=scratch.like("bits", bits, torch.int32)).bitwise_and_(0xFF)
+        biased = torch.bincount(exponent.flatten(), minlength=256).tolist()
         zeros = g.numel() - int(torch.count_nonzero(g))
         biased[0] -= zeros
         for b, c in enumerate(biased):

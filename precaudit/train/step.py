@@ -31,6 +31,7 @@ from .stats import (
     NOISE_CHECK_COSINE,
     Agreement,
     ParamStats,
+    Scratch,
     above_noise,
     lost_share,
     subnormal_share,
@@ -99,6 +100,7 @@ class _Run:
         self.absorbed = dict(self.moved)
         self.ref_grads: Grads = {}
         self.unscaled: Grads = {}
+        self.scratch = Scratch()  # the update counts' masks, reused from parameter to parameter
 
     # ---- the float32 reference -----------------------------------------------------------------------------
 
@@ -235,8 +237,10 @@ class _Run:
         """result.params from the reference's gradients and the regime's, without scaling and at the run's
         scale."""
         params = []
+        scratch = Scratch()
         for name, _ in self.ref_named:
-            stats = _grad_stats(name, self.ref_grads.get(name), unscaled.get(name), trains.get(name), scale, self.low)
+            stats = _grad_stats(name, self.ref_grads.get(name), unscaled.get(name), trains.get(name), scale, self.low,
+                                scratch)
             stats.weights_dtype = str(self.reg_named[name].dtype).replace("torch.", "")
             stats.lr = self.lr[name]
             params.append(stats)
@@ -262,9 +266,10 @@ class _Run:
                 ref_before, reg_before = original.detach(), original.detach().to(reg_p.dtype)
             else:
                 ref_before, reg_before = self.before[0][name], self.before[1][name]
-            changed = p.detach() != ref_before
+            changed = torch.ne(p.detach(), ref_before, out=self.scratch.like("changed", p))
             self.moved[name] += int(torch.count_nonzero(changed))
-            self.absorbed[name] += int(torch.count_nonzero(changed & (reg_p == reg_before)))
+            kept = torch.eq(reg_p, reg_before, out=self.scratch.like("kept", reg_p)).logical_and_(changed)
+            self.absorbed[name] += int(torch.count_nonzero(kept))
 
     # ---- after the steps -----------------------------------------------------------------------------------
 
@@ -292,30 +297,34 @@ class _Run:
 
 
 def _grad_stats(name: str, g_ref: torch.Tensor | None, g1: torch.Tensor | None, gs: torch.Tensor | None,
-                scale: float, low) -> ParamStats:
+                scale: float, low, scratch: Scratch) -> ParamStats:
     """A parameter's gradient in the regime against the reference's: elements lost to 0 without scaling and at the
     run's scale, subnormal there, and its direction (ParamStats' update fields are the step's to fill)."""
     elements = g_ref.numel() if g_ref is not None else gs.numel() if gs is not None else 0
     if g_ref is None:
         return ParamStats(name, elements, "", 0, 0.0, 0.0, 0.0, None, None, 0, 0, 0.0, 0.0)
-    nz = g_ref != 0
-    n_nz = int(torch.count_nonzero(nz))
-    g1 = g1.float() if g1 is not None else None
+    mask = torch.ne(g_ref, 0, out=scratch.like("nonzero", g_ref))
+    n_nz = int(torch.count_nonzero(mask))
+    nz = None if n_nz == elements else mask  # None: every element is nonzero, no mask to apply
+    # a float16 gradient is 0 exactly where its float32 copy is: only the scaled one, compared as float32, is copied
     gs = gs.float() if gs is not None else None
-    under1 = lost_share(nz, g1, n_nz)
-    unders = under1 if gs is g1 else lost_share(nz, gs, n_nz)
+    under1 = lost_share(nz, g1, n_nz, scratch)
+    unders = under1 if gs is g1 else lost_share(nz, gs, n_nz, scratch)
     cosine = rel = None
     top = low_nz = None
     if gs is not None:
-        cosine, rel = Agreement(g_ref).against(Agreement(gs))
+        ref = Agreement(g_ref, scratch.like("unit", g_ref, torch.float32))
+        cosine, rel = ref.against(Agreement(gs, scratch.like("unit2", gs, torch.float32)))
     if n_nz:
-        magnitude = g_ref.abs()
+        magnitude = torch.abs(g_ref, out=scratch.like("held", g_ref, g_ref.dtype))
         top = float(magnitude.max())
-        low_nz = float(magnitude.masked_fill_(~nz, math.inf).min())
+        if nz is not None:
+            magnitude.masked_fill_(torch.logical_not(nz, out=scratch.like("zero", g_ref)), math.inf)
+        low_nz = float(magnitude.min())
     # lost elements that matter: those above float32's own noise (read only where any are lost)
     best = lost_share(above_noise(g_ref), gs, n_nz) if unders else 0.0
-    return ParamStats(name, elements, "", n_nz, under1, unders, subnormal_share(nz, gs, scale, n_nz, low), cosine,
-                      rel, 0, 0, 0.0, 0.0, top or 0.0, low_nz, cosine_best=cosine, rel_error_best=rel,
+    return ParamStats(name, elements, "", n_nz, under1, unders, subnormal_share(nz, gs, scale, n_nz, low, scratch),
+                      cosine, rel, 0, 0, 0.0, 0.0, top or 0.0, low_nz, cosine_best=cosine, rel_error_best=rel,
                       underflow_best=best)
 
 
