@@ -146,6 +146,26 @@ def test_window_counts_exponents_as_frexp_does():
     assert _window({"a": torch.zeros(8)}, 0.0, FORMATS["fp16"]) == (None, None)
 
 
+def test_gradient_counts_are_exact_with_reused_scratch_and_without_a_mask():
+    """Elements lost to 0 and subnormal at the scale, among the reference's nonzero ones: -0.0 is 0, a NaN is not;
+    the same counts where every reference element is nonzero (no mask), and from scratch tensors left larger and
+    dirty by a previous parameter."""
+    from precaudit.dtypes import FORMATS
+    from precaudit.train.stats import Scratch, lost_share, subnormal_share
+
+    fp16 = FORMATS["fp16"]
+    scratch = Scratch()
+    big = torch.ones(1000)
+    assert lost_share(big != 0, big, 1000, scratch) == 0.0 and subnormal_share(None, big, 1.0, 1000, fp16, scratch) == 0
+    g_ref = torch.tensor([1.0, 2.0, 0.0, 3.0, -4.0, 5.0, 6.0, 7.0])
+    g = torch.tensor([0.0, 2.0, 0.0, -0.0, math.nan, 1e-9, 3e-8, 1.0])
+    assert lost_share(g_ref != 0, g, 7, scratch) == 2 / 7  # the 0.0 and the -0.0; not the reference's own 0
+    assert subnormal_share(g_ref != 0, g, 1024.0, 7, fp16, scratch) == 2 / 7  # 1e-9 and 3e-8, times 1024
+    assert lost_share(None, g, 8, scratch) == 3 / 8
+    assert lost_share(None, g.half(), 8) == 4 / 8  # 1e-9 is 0 in float16 too
+    assert subnormal_share(None, g, 1024.0, 8, fp16, scratch) == 2 / 8
+
+
 def test_all_finite_is_exact_where_a_sum_overflows():
     from precaudit.train.emulate import all_finite
 

@@ -125,10 +125,10 @@ def lost_share(nonzero: torch.Tensor | None, grad: torch.Tensor | None, total: i
     """Of the reference's nonzero elements (the mask; None: every element), the share this gradient has as 0."""
     if not total or grad is None:
         return 0.0
+    if nonzero is None:  # count_nonzero's own test is != 0: a NaN counts as nonzero, -0.0 as 0, as == 0 has them
+        return (grad.numel() - int(torch.count_nonzero(grad))) / total
     zero = grad == 0 if scratch is None else torch.eq(grad, 0, out=scratch.like("zero", grad))
-    if nonzero is not None:
-        zero.logical_and_(nonzero)
-    return int(torch.count_nonzero(zero)) / total
+    return int(torch.count_nonzero(zero.logical_and_(nonzero))) / total
 
 
 def above_noise(g_ref: torch.Tensor) -> torch.Tensor:
