@@ -112,6 +112,7 @@ def main() -> int:
     largest = models[-1][1]
     declared = root / "declared" / "model.onnx"  # the largest, with a value_info for every value as dynamo writes
     declared.parent.mkdir(exist_ok=True)
+    (declared.parent / "model.weights").unlink(missing_ok=True)  # (a --keep folder from an earlier run)
     os.link(largest.parent / "model.weights", declared.parent / "model.weights")
     onnx.save(onnx.shape_inference.infer_shapes(onnx.load(str(largest), load_external_data=False)), str(declared))
     models.append((f"{models[-1][0]}, every type declared", declared))
