@@ -411,7 +411,7 @@ class _DtypeNames(dict):
         return name
 
 
-_UNSEEN = object()  # a module-scope prefix not met yet (its scope may be None)
+_UNSEEN: Any = object()  # a module-scope prefix not met yet (its scope may be None)
 _NO_ATTRS: dict = {}  # shared by every node without attributes (nothing writes to a node's attrs)
 
 
