@@ -312,3 +312,20 @@ def test_an_op_type_that_is_not_utf8_is_one_line_when_traced(tmp_path, capsys):
     assert main([str(path), "--trace", "--trace-engine", "numpy"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "internal error" not in err and "traced mode has no kernel for node 'probs'" in err
+
+
+def test_inputs_without_trace_run_traced_mode_and_say_so(capsys, tmp_path):
+    """--inputs is read by traced mode only: check and keep-list given it without --trace run traced mode on it,
+    with one line on stderr, instead of auditing statically and dropping the user's data unsaid."""
+    model = save(chain_model([("Mul", ["x", "k"], "scaled")], dtype="fp32", consts={"k": 300.0}),
+                 tmp_path / "scaled.onnx")
+    loud = tmp_path / "loud.npz"
+    np.savez(loud, x=np.full((2, 8), 1000.0, np.float32))
+    note = "precaudit: note: --inputs without --trace: running traced mode on them (the static audit reads no inputs)\n"
+    code, report = run_json([model], "--inputs", str(loud), out_dir=tmp_path)
+    assert code == 1 and capsys.readouterr().err == note
+    assert [(f["rule_id"], f["node_name"]) for f in report["results"]] == [("PA901", "scaled"), ("PA906", "scaled")]
+    assert main(["keep-list", str(model), "--for", "onnxruntime", "--inputs", str(loud)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == note and f"verified on inputs from {loud}" in captured.out
+    assert main([str(model)]) == 0 and capsys.readouterr().err == ""  # no inputs: the static audit, unchanged
