@@ -80,7 +80,7 @@ def traced_sites(graph: Graph, resolver: DtypeResolver, options: TraceOptions) -
         # a node that cannot run on inputs whose symbolic dims precaudit chose: most likely a size the model
         # cannot take (an image side its strides do not divide), which the user sets
         if source.guessed and exc.problem.startswith("traced mode cannot run node"):
-            raise InputError(exc.file, exc.problem + source.shape_hint(), exc.line) from exc
+            raise InputError(exc.file, exc.problem.rstrip() + source.shape_hint(), exc.line) from exc
         raise
     finally:
         close()
