@@ -12,7 +12,10 @@ in separate processes, best of --repeat:
 
 and prints wall time and peak RSS (VmHWM of each process) of both, their ratios, and the audit's time per node
 at each size (constant when the audit is linear in node count); then the largest decoder audited with --runtime for
-the runtimes whose models do the most per node, each against the audit without it.
+the runtimes whose models do the most per node, each against the audit without it; then, in this process, where an
+audit of the largest decoder spends its time per node, phase by phase (best of --repeat each, the collector off as
+the audit runs): onnx's own shape inference (C++), precaudit's IR build, the dtype resolver, the sites and the
+rules, beside the least any Python IR costs (one object per node and per value, linked, nothing else read).
 
 Both run with Python's bytecode cached (in the temporary folder; one run first fills it), as an installed package
 runs: in a source checkout under PYTHONDONTWRITEBYTECODE (this machine's setting) every audit would compile
@@ -90,6 +93,88 @@ def measure(code: str, args: list[str], repeat: int, env: dict | None = None) ->
     return best, peak
 
 
+def _best(repeat: int, work) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        work()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _least_ir(graph) -> None:
+    """The least a Python IR of the graph costs: each node and each value one precaudit object, linked to what it
+    reads and makes, typed from a name -> type map; nothing else is read (no attribute, no initializer)."""
+    from precaudit.ir import Node, Value
+
+    types = {vi.name: vi.type for vi in graph.value_info}
+    scope = {init.name: Value(init.name) for init in graph.initializer}
+    scope.update((vi.name, Value(vi.name)) for vi in graph.input)
+    for proto in graph.node:
+        node = Node(proto.name, proto.op_type)
+        for name in proto.input[:]:
+            read = scope[name]
+            read.consumers.append(node)
+            node.inputs.append(read)
+        for name in proto.output[:]:
+            made = scope[name] = Value(name, producer=node)
+            declared = types.get(name)
+            if declared is not None:
+                made.dtype = declared.tensor_type.elem_type
+            node.outputs.append(made)
+
+
+def phases(path: Path, repeat: int) -> None:
+    """Where the static audit of path spends its time, per node, each phase timed alone in this process."""
+    import gc
+
+    import onnx
+
+    from precaudit.analysis.collect import collect_sites
+    from precaudit.deployment import Deployment
+    from precaudit.frontends.onnx_builder import build_graph
+    from precaudit.rules.engine import apply_rules
+    from precaudit.rules.loader import load_rules
+
+    data = path.read_bytes()
+    inferred = onnx.shape_inference.infer_shapes(data, strict_mode=False)
+    rules = load_rules()
+    patterns = {rule.id: rule.pattern for rule in rules if rule.pattern is not None}
+    graph = build_graph(str(path), path.parent, inferred)
+    state: dict = {}
+
+    def timed_after_fresh(work, resolver: bool = True) -> float:
+        """work timed on a new graph (its facts are memoized on its values: a second run would find them)."""
+        best = float("inf")
+        for _ in range(repeat):
+            state["graph"] = build_graph(str(path), path.parent, inferred)
+            if resolver:
+                state["resolver"] = Deployment.named("fp16").resolver(state["graph"])
+            start = time.perf_counter()
+            work()
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    gc.disable()
+    try:
+        steps = [
+            ("onnx shape inference (C++)", _best(repeat, lambda: onnx.shape_inference.infer_shapes(data))),
+            ("least Python IR (reference)", _best(repeat, lambda: _least_ir(inferred.graph))),
+            ("precaudit IR build", _best(repeat, lambda: build_graph(str(path), path.parent, inferred))),
+            ("dtype resolver", timed_after_fresh(lambda: Deployment.named("fp16").resolver(state["graph"]),
+                                                 resolver=False)),
+            ("sites", timed_after_fresh(lambda: state.update(
+                sites=collect_sites(state["graph"], state["resolver"], patterns)))),
+            ("rules", _best(repeat, lambda: apply_rules(rules, state["sites"], str(path)))),
+        ]
+    finally:
+        gc.enable()
+    nodes = len(graph.nodes)
+    print(f"where the time goes on {path.parent.name} ({nodes} nodes), in this process:")
+    for label, seconds in steps:
+        print(f"  {label:30s} {seconds * 1e3:6.1f} ms  {seconds / nodes * 1e6:5.1f} us per node")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", default="50,100,200")
@@ -112,6 +197,7 @@ def main() -> int:
     largest = models[-1][1]
     declared = root / "declared" / "model.onnx"  # the largest, with a value_info for every value as dynamo writes
     declared.parent.mkdir(exist_ok=True)
+    (declared.parent / "model.weights").unlink(missing_ok=True)  # (a --keep folder from an earlier run)
     os.link(largest.parent / "model.weights", declared.parent / "model.weights")
     onnx.save(onnx.shape_inference.infer_shapes(onnx.load(str(largest), load_external_data=False)), str(declared))
     models.append((f"{models[-1][0]}, every type declared", declared))
@@ -140,6 +226,7 @@ def main() -> int:
                             args.repeat, env)
         print(f"{largest_label} --runtime {runtime:14s}: {wall:5.2f} s {rss:4.0f} MB, "
               f"{wall / plain:5.3f}x the audit without --runtime ({plain:.2f} s, measured again alongside)")
+    phases(largest_path, args.repeat)
     llama = rows[:-3]  # linearity: what each added node costs between consecutive sizes of the same graph
     for (n0, t0), (n1, t1) in itertools.pairwise(llama):
         print(f"{n0} -> {n1} nodes: {(t1 - t0) / (n1 - n0) * 1e6:.0f} us per added node")

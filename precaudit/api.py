@@ -188,13 +188,15 @@ def fix(model: Any, output: str | os.PathLike | None = None, dtype: str = "fp16"
         dry_run: bool = False, inputs: Any = None, tolerance: float = 1e-3, data_floor: str | float = "keep",
         min_eps: float | None = None, keep_fp32: Sequence[str] = (), converter: str | None = None,
         runtime: str | None = None, select: Sequence[str] | None = None, ignore: Sequence[str] | None = None,
-        trace: bool = False,
+        trace: bool = False, check_weights: bool | None = None,
         config: str | os.PathLike | None = "pyproject", rules: Sequence[str | os.PathLike] = ()) -> FixResult:
     """`precaudit fix MODEL -o OUTPUT` (model a path or an onnx.ModelProto): repair, gate each repair on the float32
     change it makes on `inputs` (a path or list of .npz batches, or TraceOptions fields as a dict; None:
     synthesized), write OUTPUT only after every check; FixResult.exit_code says what the command line would exit
     with. data_floor: keep, subnormal, normal or a
-    number; min_eps, tolerance and data_floor are checked against dtype before the model is read."""
+    number; min_eps, tolerance and data_floor are checked against dtype before the model is read. trace and
+    check_weights run those parts of the audit too: fix repairs none of their findings, and an error among them
+    is left (FixResult.measured) and makes the exit code 1."""
     from .context import Audit
     from .fixer.command import run_checked
     from .options import TraceOptions
@@ -206,7 +208,8 @@ def fix(model: Any, output: str | os.PathLike | None = None, dtype: str = "fp16"
         raise InputError(None, f"inputs: must be .npz paths or a dict of TraceOptions fields, got {inputs}")
     options = _trace_options(inputs, "inputs") or TraceOptions()
     settings = _settings({"dtype": dtype, "keep_fp32": keep_fp32, "rules": rules, "select": select,
-                          "ignore": ignore, "converter": converter, "runtime": runtime}, config)
+                          "ignore": ignore, "converter": converter, "runtime": runtime,
+                          "check_weights": check_weights}, config)
     # run_checked checks min_eps, tolerance and data_floor, named as settings.named names them, before the model
     context = _noted(Audit.of(settings, inputs=options, traced=trace))
     with _as_paths(model, None) as (paths, shown_as):

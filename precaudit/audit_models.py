@@ -16,7 +16,7 @@ from .analysis.sites.weight import find_weight_sites
 from .collector import collector_paused
 from .deployment import Deployment
 from .errors import InputError
-from .finding import Finding
+from .finding import Finding, measured_on
 from .frontends.onnx import load_onnx
 from .ir import Graph
 from .options import TorchOptions, TraceOptions
@@ -132,7 +132,7 @@ def audit_models(paths: list[str], deployment: Deployment, rules: list[Rule],
                 findings = apply_rules(rules, sites, path)
                 # a traced number holds for the inputs it was measured on, and says which
                 source = result.traces[path].source if traced else None
-                measured = [_measured_on(f, source) for f in apply_rules(rules, traced, path)]
+                measured = [measured_on(f, source) for f in apply_rules(rules, traced, path)]
                 findings += measured + apply_rules(rules, weights, path)
                 result.findings.extend(drop_suppressed(findings))
         except InputError as exc:
@@ -151,18 +151,6 @@ def audit_models(paths: list[str], deployment: Deployment, rules: list[Rule],
             continue
         result.models.append(path)
     return result
-
-
-_SYNTHESIZED_NOTE = " [on synthesized inputs only: a warning until your own --inputs show it]"
-
-
-def _measured_on(finding: Finding, source: str | None) -> Finding:
-    """A traced finding says what it was measured on; one that rests on synthesized inputs alone is at most a
-    warning (they have no real ranges, ids, masks or lengths: an error there may be of their making)."""
-    if source == "synthesized" and finding.severity == "error":
-        return dataclasses.replace(finding, inputs=source, severity="warning",
-                                   message=finding.message + _SYNTHESIZED_NOTE)
-    return dataclasses.replace(finding, inputs=source)
 
 
 def _internal_error(path: str, exc: BaseException) -> InputError:

@@ -24,4 +24,11 @@ def collector_paused(pause: bool = True) -> Iterator[None]:
     try:
         yield
     finally:
+        if gc.get_freeze_count() == 0:
+            # What was made inside (the graph, alive to the end) goes straight to the oldest generation: the
+            # collector's next young collection would otherwise walk all of it (30 ms for a 20,000-node graph),
+            # and the one after again. Freezing then unfreezing moves lists, it walks nothing; it is skipped where
+            # the program froze objects of its own (unfreezing would release those too).
+            gc.freeze()
+            gc.unfreeze()
         gc.enable()

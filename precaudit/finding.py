@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RECORDED", "SEVERITIES", "Finding", "model_key", "severity_rank"]
+__all__ = ["RECORDED", "SEVERITIES", "Finding", "measured_on", "model_key", "severity_rank"]
 
 SEVERITIES = ("error", "warning", "info")
 # The message of the related location an ONNX node's recorded Python line is (the dynamo exporter's stack trace)
@@ -102,3 +102,14 @@ class Finding:
 
 
 _FIELDS = tuple(f.name for f in fields(Finding))
+
+
+_SYNTHESIZED_NOTE = " [on synthesized inputs only: a warning until your own --inputs show it]"
+
+
+def measured_on(finding: Finding, source: str | None) -> Finding:
+    """A traced finding says what it was measured on; one that rests on synthesized inputs alone is at most a
+    warning (they have no real ranges, ids, masks or lengths: an error there may be of their making)."""
+    if source == "synthesized" and finding.severity == "error":
+        return replace(finding, inputs=source, severity="warning", message=finding.message + _SYNTHESIZED_NOTE)
+    return replace(finding, inputs=source)

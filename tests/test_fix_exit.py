@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx import numpy_helper
 
 from fixtures import fix_models
 from fixtures.onnx_builders import chain_model, save
@@ -82,3 +83,85 @@ def test_repairs_each_within_the_tolerance_together_beyond_it_are_not_all_writte
     [b] = ort.InferenceSession(str(out)).run(None, {"x": x})
     relative = float(np.max(np.abs(a - b)) / np.max(np.abs(a)))
     assert relative == pytest.approx(report["float32"]["outputs"][0]["relative"], rel=1e-5) and relative <= 1e-3
+
+
+def _scaled(folder: Path) -> Path:
+    """y = x · 300 in float32: fine in float16 for |x| < 218, inf beyond; no static rule can know x."""
+    return save(chain_model([("Mul", ["x", "k"], "scaled")], dtype="fp32", consts={"k": 300.0}),
+                folder / "scaled.onnx")
+
+
+def _inputs(path: Path, value: float) -> Path:
+    np.savez(path, x=np.full((2, 8), value, np.float32))
+    return path
+
+
+def test_an_error_only_trace_measures_is_left_and_fix_exits_1(capsys, tmp_path):
+    """fix counts what the audit it was given finds: with --trace, a traced error it cannot repair is listed as left,
+    named on stderr, and nothing is written; on inputs where nothing overflows it has nothing to repair."""
+    model, out = _scaled(tmp_path), tmp_path / "fixed.onnx"
+    loud = _inputs(tmp_path / "loud.npz", 1000.0)
+    assert main(["fix", str(model), "-o", str(out), "--trace", "--inputs", str(loud)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (f"precaudit: {model}: nothing repaired and 2 error findings remain (PA901 at 'scaled', "
+                            "PA906 at 'scaled'): no model written\n")
+    assert captured.out.splitlines()[:2] == [
+        f"{model}  (--dtype fp16; {out} not written)",
+        "  left    PA901 activation-overflow  node 'scaled' (Mul), error measured on user inputs (--trace): fix "
+        "repairs what the static audit finds; keep this in float32 instead (precaudit keep-list MODEL --for "
+        "CONVERTER, with the same --trace and --inputs)"]
+    assert not out.exists()
+    quiet = _inputs(tmp_path / "quiet.npz", 1.0)
+    assert main(["fix", str(model), "-o", str(out), "--trace", "--inputs", str(quiet)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "  nothing to repair: the audit finds nothing here" in captured.out
+    # without --trace the run was not asked to measure: the static audit finds nothing
+    assert main(["fix", str(model), "-o", str(out)]) == 0
+
+
+def _wide_weight(folder: Path, eps: float | None) -> Path:
+    """x @ w with one weight 1e5 (beyond float16's 65504), after a LayerNorm with eps when given (1e-12: 0 in
+    float16, a repair fix makes)."""
+    steps: list[tuple] = []
+    x = "x"
+    if eps is not None:
+        steps = [("ReduceMean", ["x"], "mean", {"axes": [-1]}), ("Sub", ["x", "mean"], "d"),
+                 ("Mul", ["d", "d"], "d2"), ("ReduceMean", ["d2"], "var", {"axes": [-1]}),
+                 ("Add", ["var", "eps"], "ve"), ("Sqrt", ["ve"], "std"), ("Div", ["d", "std"], "normed")]
+        x = "normed"
+    weight = np.eye(8, dtype=np.float32)
+    weight[0, 0] = 1e5
+    m = chain_model([*steps, ("MatMul", [x, "w"], "mm")], dtype="fp32", consts={"eps": eps} if eps else {})
+    m.graph.initializer.append(numpy_helper.from_array(weight, "w"))
+    return save(m, folder / "wide.onnx")
+
+
+def test_a_weight_error_with_check_weights_is_left_and_fix_exits_1(capsys, tmp_path):
+    model, out = _wide_weight(tmp_path, None), tmp_path / "fixed.onnx"
+    assert main(["fix", str(model), "-o", str(out), "--check-weights"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (f"precaudit: {model}: nothing repaired and 1 error finding remains (PA212 at 'mm'): "
+                            "no model written\n")
+    assert "  left    PA212 weight-overflow  node 'mm' (MatMul), error in the weights: " in captured.out
+    assert main(["fix", str(model), "-o", str(out)]) == 0 and not out.exists()
+
+
+def test_a_written_model_with_an_error_left_in_it_exits_1(capsys, tmp_path):
+    """The eps is raised and the model written; the weight beyond float16 is still in it: exit 1, as `ruff --fix`
+    exits when violations remain, with the reason on stderr."""
+    model, out = _wide_weight(tmp_path, 1e-12), tmp_path / "fixed.onnx"
+    assert main(["fix", str(model), "-o", str(out), "--check-weights"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (f"precaudit: {model}: the fixed model was written and 1 error finding remains "
+                            "(PA212 at 'mm') in it, which fix does not repair\n")
+    assert out.exists() and "  repair  eps-raise  node 've' (Add)  PA101" in captured.out
+
+
+def test_the_api_fix_counts_weight_errors_too(tmp_path):
+    import precaudit
+
+    model = _wide_weight(tmp_path, None)
+    result = precaudit.fix(str(model), str(tmp_path / "fixed.onnx"), check_weights=True)
+    assert [(f.rule_id, f.node_name) for f in result.measured] == [("PA212", "mm")]
+    assert result.exit_code == 1 and not result.written
+    assert precaudit.fix(str(model), str(tmp_path / "fixed.onnx")).exit_code == 0

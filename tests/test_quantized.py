@@ -16,10 +16,21 @@ def test_an_int8_matmulinteger_graph_is_named_quantized(tmp_path):
     code, report = run_json([path], out_dir=tmp_path)
     assert report["quantized"] == [{"model": str(path), "ops": {"DynamicQuantizeLinear": 1, "MatMulInteger": 1},
                                     "integer_nodes": 1, "float_nodes": 11, "accumulator_casts": ["to_float"]}]
-    # the float parts are audited as ever: the LayerNorm's eps 1e-12 is 0.0 in float16
-    assert sorted((r["rule_id"], r["node_name"]) for r in report["results"]) == [("PA101", "add_eps"),
-                                                                                 ("PA208", "add_eps")]
+    # the float parts are audited as ever: the LayerNorm's eps 1e-12 is 0.0 in float16; and DynamicQuantizeLinear
+    # takes float32 only: converted to float16, the model would not load
+    assert sorted((r["rule_id"], r["node_name"]) for r in report["results"]) == [
+        ("PA101", "add_eps"), ("PA208", "add_eps"), ("PA220", "quantize_x")]
     assert code == 1
+
+
+def test_an_accumulator_cast_after_an_int32_bias_add_is_counted(tmp_path):
+    """onnxruntime's quantizer adds the int32 bias before the Cast (ConvInteger → Add → Cast): still a Cast of the
+    accumulator, which a float16 converter makes float16, and which overflows on these inputs."""
+    path = int8_linear_layernorm(tmp_path / "int8.onnx", bias=True)
+    _, report = run_json([path], out_dir=tmp_path)
+    assert report["quantized"][0]["accumulator_casts"] == ["to_float"]
+    _, report = run_json([path], "--trace", "--select", "PA901", out_dir=tmp_path)
+    assert [(r["rule_id"], r["node_name"]) for r in report["results"]] == [("PA901", "to_float")]
 
 
 def test_the_text_report_says_what_is_audited(tmp_path, capsys):

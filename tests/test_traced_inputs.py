@@ -312,3 +312,37 @@ def test_an_op_type_that_is_not_utf8_is_one_line_when_traced(tmp_path, capsys):
     assert main([str(path), "--trace", "--trace-engine", "numpy"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "internal error" not in err and "traced mode has no kernel for node 'probs'" in err
+
+
+def test_inputs_without_trace_run_traced_mode_and_say_so(capsys, tmp_path):
+    """--inputs is read by traced mode only: check and keep-list given it without --trace run traced mode on it,
+    with one line on stderr, instead of auditing statically and dropping the user's data unsaid."""
+    model = save(chain_model([("Mul", ["x", "k"], "scaled")], dtype="fp32", consts={"k": 300.0}),
+                 tmp_path / "scaled.onnx")
+    loud = tmp_path / "loud.npz"
+    np.savez(loud, x=np.full((2, 8), 1000.0, np.float32))
+    note = "precaudit: note: --inputs without --trace: running traced mode on them (the static audit reads no inputs)\n"
+    code, report = run_json([model], "--inputs", str(loud), out_dir=tmp_path)
+    assert code == 1 and capsys.readouterr().err == note
+    assert [(f["rule_id"], f["node_name"]) for f in report["results"]] == [("PA901", "scaled"), ("PA906", "scaled")]
+    assert main(["keep-list", str(model), "--for", "onnxruntime", "--inputs", str(loud)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == note and f"verified on inputs from {loud}" in captured.out
+    assert main([str(model)]) == 0 and capsys.readouterr().err == ""  # no inputs: the static audit, unchanged
+
+
+def test_a_node_that_cannot_run_on_guessed_dims_names_them_and_dim(capsys, tmp_path):
+    """A Reshape to (-1, 7) of an input of symbolic length n: the synthesized n=1 cannot fold; the one line names
+    the dims precaudit chose and --dim, which runs it."""
+    from onnx import numpy_helper
+
+    graph = h.make_graph([h.make_node("Reshape", ["x", "shape"], ["r"], name="fold"),
+                          h.make_node("Relu", ["r"], ["y"], name="act")], "g",
+                         [h.make_tensor_value_info("x", T.FLOAT, ["n"])], [h.make_tensor_value_info("y", T.FLOAT, [None, 7])],
+                         [numpy_helper.from_array(np.array([-1, 7], np.int64), "shape")])
+    path = save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), tmp_path / "fold.onnx")
+    assert main([str(path), "--trace", "--trace-engine", "numpy"]) == 2
+    assert capsys.readouterr().err == (
+        f"precaudit: {path}: traced mode cannot run node 'fold' (Reshape): ValueError: cannot reshape array of size 1 "
+        "into shape (7) (precaudit guessed the symbolic dims n=1: set them with --dim NAME=SIZE)\n")
+    assert main([str(path), "--trace", "--dim", "n=14"]) == 0

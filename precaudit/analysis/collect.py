@@ -17,6 +17,7 @@ from .sites.ops import op_site
 from .sites.pattern import find_pattern_sites
 from .sites.quant import find_quant_sites
 from .sites.reduction import REDUCTIONS, reduction_site
+from .sites.type_support import find_type_support_sites
 
 __all__ = ["collect_sites"]
 
@@ -29,7 +30,8 @@ def collect_sites(graph: Graph, resolver: DtypeResolver, patterns: dict[str, OpP
         if site.kind != "norm":
             # a division or sqrt that a recognized norm chain accounts for is judged by the norm rules
             site.facts["in_norm_chain"] = any(id(n) in chains.claimed for n in (site.span or [site.node]))
-    sites += chains.sites + find_constant_sites(graph, resolver) + find_quant_sites(graph, resolver)
+    sites += chains.sites + find_constant_sites(graph, resolver) + find_quant_sites(graph, resolver) + \
+        find_type_support_sites(graph, resolver)
     for site in sites:
         owner = graph.module_eps.get(site.node.scope or "")
         if site.kind == "norm" and owner:

@@ -25,7 +25,7 @@ from ..dtypes import (
     global_scale_of,
     round_elements,
 )
-from ..ir import Graph, Node
+from ..ir import Graph, Node, Value
 
 __all__ = [
     "GEMMS",
@@ -77,10 +77,13 @@ class Quantization:
 
 
 _ACCUMULATORS = ("MatMulInteger", "ConvInteger")
+_QUANTIZED_OPS = frozenset(QDQ_OPS + INTEGER_OPS)
 
 
 def quantization(graph: Graph) -> Quantization | None:
     """The model's quantized parts, or None when it has none."""
+    if _QUANTIZED_OPS.isdisjoint({node.op_type for node in graph.nodes}):
+        return None  # most models: one look at each op type instead of the float-node count below
     found = Quantization()
     for node in graph.nodes:
         if node.op_type in QDQ_OPS or node.op_type in INTEGER_OPS:
@@ -93,12 +96,34 @@ def quantization(graph: Graph) -> Quantization | None:
                 continue
         if any(v.dtype in COMPUTED for v in node.outputs if v is not None):
             found.float_nodes += 1
-        source = node.input(0)
-        if node.op_type == "Cast" and source is not None:
-            producer = source.producer
-            if producer is not None and producer.op_type in _ACCUMULATORS:
-                found.accumulator_casts.append(node.name)
+        if node.op_type == "Cast" and _from_accumulator(node.input(0)):
+            found.accumulator_casts.append(node.name)
     return found if found.ops else None
+
+
+# integer ops between an accumulator and its Cast: onnxruntime's quantizer adds the int32 bias (ConvInteger →
+# Add → Cast, "*_bias_add_cast"), reshapes move it
+_INTEGER_PASS = frozenset({"Add", "Sub", "Mul", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+
+
+def _from_accumulator(value: Value | None) -> bool:
+    """Whether value is an integer accumulator's output, directly or through integer adds, products and moves (at
+    most 8 nodes back, each read of an integer input followed)."""
+    todo, seen = [value], 0
+    while todo and seen < 8:
+        current = todo.pop()
+        producer = current.producer if current is not None else None
+        if producer is None:
+            continue
+        if producer.op_type in _ACCUMULATORS:
+            return True
+        seen += 1
+        if producer.op_type in _INTEGER_PASS and current is not None and current.dtype in _INTEGERS:
+            todo += [v for v in producer.inputs if v is not None and v.dtype in _INTEGERS]
+    return False
+
+
+_INTEGERS = ("int32", "int64", "int16", "int8", "uint8")
 
 
 def block_attr(node: Node, default: int) -> int | None:

@@ -36,9 +36,10 @@ def check(given: Given) -> int:
     jobs = min(given.jobs or default_jobs(), len(models))
     # a progress line on a terminal only, and one per worker would interleave
     trace.progress = settings.format == "text" and output is None and color_ok(given.no_color) and jobs == 1
+    traced = given.traced()
     if settings.runtime == "all":
-        return _matrix(settings, models, torch, trace, given.trace, output)
-    audit = Audit.of(settings, torch, trace, given.trace)
+        return _matrix(settings, models, torch, trace, traced, output)
+    audit = Audit.of(settings, torch, trace, traced)
     say_notes(audit)
     outcome = run_audit(audit, models, given.write_baseline, given.exit_zero, jobs, given.debug)
     for err in outcome.result.errors:

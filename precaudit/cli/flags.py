@@ -123,6 +123,8 @@ Isolated = Annotated[bool, typer.Option(
     "--isolated", help="Read no [tool.precaudit] table: every setting from the command line (precaudit test runs "
                        "each example so).")]
 Trace = Annotated[bool, typer.Option("--trace", help="Run the model and emulate the target dtype.")]
+CheckWeights = Annotated[bool | None, typer.Option(
+    "--check-weights/--no-check-weights", help="Read every float32 weight and check it (always on with --trace).")]
 # the report options check and train share
 ReportFormat = Annotated[str | None, typer.Option(
     "--format", "-f", callback=_checked("format"), metavar="FORMAT", autocompletion=_among(lambda: FORMATS),

@@ -62,6 +62,16 @@ class Given:
         return TorchOptions(_shapes(self.values.get("input_shape", [])), self.values.get("input_dtype", "fp32"),
                             trust, factories=_factories(self.values.get("no_factories", False), trust))
 
+    def traced(self) -> bool:
+        """--trace, or --inputs without it (check, keep-list: the inputs are read by traced mode only, so giving
+        them asks for it; a line on stderr says so). fix reads --inputs for its float32 check, traced or not."""
+        if self.values.get("trace") or not self.values.get("inputs"):
+            return bool(self.values.get("trace"))
+        from .output import say
+
+        say("note: --inputs without --trace: running traced mode on them (the static audit reads no inputs)")
+        return True
+
     def trace_options(self) -> TraceOptions:
         """The traced-mode flags, each checked by the check the Python API's trace= gets, named as typed (typer has
         checked --samples >= 1, --seed >= 0 and --timeout >= 0); made with or without --trace, so a wrong value is

@@ -24,6 +24,7 @@ from typer.core import TyperGroup
 from ..options import AUTOCAST
 from .flags import (
     Baseline,
+    CheckWeights,
     Converter,
     Debug,
     Dim,
@@ -173,9 +174,7 @@ def check(
         "--show-settings", help="Print the resolved configuration and exit.")] = False,
     isolated: Isolated = False,
     trace: Trace = False,
-    check_weights: Annotated[bool | None, typer.Option(
-        "--check-weights/--no-check-weights",
-        help="Read every float32 weight and check it (always on with --trace).")] = None,
+    check_weights: CheckWeights = None,
     inputs: Inputs = [], samples: Samples = 1, dim: Dim = [], range_: Range = [], seed: Seed = 0,
     timeout: Timeout = 1800.0, trace_engine: Engine = "auto", input_shape: InputShape = [],
     input_dtype: InputDtype = "fp32", trust_pickle: TrustPickle = False, no_factories: NoFactories = False,
@@ -286,7 +285,10 @@ def fix(
         help="The largest change a repair may make to a float32 output, relative to its largest |value|, on the "
              "checked inputs (default 1e-3).")] = 1e-3,
     select: Select = [], ignore: Ignore = [], extend_select: ExtendSelect = [], extend_ignore: ExtendIgnore = [],
-    trace: Annotated[bool, typer.Option("--trace", help="Also emulate both models in --dtype.")] = False,
+    trace: Annotated[bool, typer.Option(
+        "--trace", help="Also run the traced audit on the inputs (its findings, which fix leaves, count toward the "
+                        "exit code) and emulate both models in --dtype.")] = False,
+    check_weights: CheckWeights = None,
     inputs: Inputs = [], samples: Samples = 1, dim: Dim = [], range_: Range = [], seed: Seed = 0,
     timeout: Timeout = 1800.0, trace_engine: Engine = "auto", output_format: ListFormat = "text",
     no_factories: Annotated[bool, typer.Option(

@@ -20,7 +20,7 @@ def keep_list(given: Given) -> int:
     note_named_inputs([given.model], settings, given.inputs)  # -o never over them
     torch, trace = given.torch_options(), given.trace_options()
     trace.progress = given.output is None and color_ok(False)
-    audit = Audit.of(settings, torch, trace, given.trace)
+    audit = Audit.of(settings, torch, trace, given.traced())
     say_notes(audit)
     text, code = keep_list_report(audit, given.model, given.target_for, given.tolerance, given.max_runs,
                                   given.output_format, policy=given.policy)

@@ -53,7 +53,7 @@ def run_checked(audit: Audit, model: str, output: str | None, dry_run: bool, min
     data_floor = check_data_floor(data_floor, target, named("data_floor"))
     options = FixOptions(min_eps, data_floor, tolerance)
     return run_fix(model, output, audit.deployment, audit.rules, options, dry_run, audit.inputs, audit.traced,
-                   audit.ignored)
+                   audit.ignored, weights=bool(audit.settings.check_weights))
 
 
 def check_data_floor(data_floor: Any, target, where: str) -> str:

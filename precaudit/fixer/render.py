@@ -34,8 +34,10 @@ def render_text(result: FixResult) -> str:
     head = f"{p(result.model)}"
     if result.dry_run:
         head += f"  (--dtype {result.target.name}, --dry-run: the plan only, nothing written)"
-    else:
+    elif result.written:
         head += f" → {p(result.output or '')}  (--dtype {result.target.name})"
+    else:
+        head += f"  (--dtype {result.target.name}; {p(result.output or '')} not written)"
     lines = [head, *_plan_lines(result), *_check_lines(result)]
     if result.trace is not None:
         lines += _trace_table(result)
@@ -47,12 +49,17 @@ def render_text(result: FixResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+# why a traced or weight finding is left (fix rewrites what the static audit can show is safe to change)
+_MEASURED_REASON = ("fix repairs what the static audit finds; keep this in float32 instead (precaudit keep-list MODEL "
+                    "--for CONVERTER, with the same --trace and --inputs)")
+
+
 def _plan_lines(result: FixResult) -> list[str]:
     """Each repair made, withheld or left, and the plan's notes."""
     p = printable
     plan = result.plan
     lines = []
-    if not plan.repairs and not plan.skipped and not result.withheld:
+    if not plan.repairs and not plan.skipped and not result.withheld and not result.measured:
         lines.append("  nothing to repair: the audit finds nothing here")
     for r in plan.repairs:
         lines.append(f"  repair  {r.kind}  node '{p(r.node.name)}' ({p(r.node.op_type)})  {r.rule_text}")
@@ -68,6 +75,10 @@ def _plan_lines(result: FixResult) -> list[str]:
         lines.append(f"  left    {s.rule_id} {p(s.rule_name)}  node '{p(s.node.name)}' ({p(s.node.op_type)}): {p(s.reason)}")
         if s.keep_fp32:
             lines.append(f"          keep in float32: {_names(s.keep_fp32)}")
+    for f in result.measured:
+        how = f"measured on {f.inputs} inputs (--trace)" if f.inputs else "in the weights"
+        lines.append(f"  left    {f.rule_id} {p(f.rule_name)}  node '{p(f.node_name)}' ({p(f.op_type)}), {f.severity} "
+                     f"{how}: {_MEASURED_REASON}")
     lines += [f"  note: {p(note)}" for note in plan.notes]
     return lines
 
@@ -187,7 +198,10 @@ def render_json(result: FixResult) -> str:
         "verified": result.verified,
         "inputs": None if result.source is None else result.source.record(),
         "left": [{"rule_id": s.rule_id, "rule_name": s.rule_name, "node": s.node.name, "op": s.node.op_type,
-                  "reason": s.reason, "keep_fp32": s.keep_fp32} for s in plan.skipped],
+                  "reason": s.reason, "keep_fp32": s.keep_fp32} for s in plan.skipped] + [
+                 {"rule_id": f.rule_id, "rule_name": f.rule_name, "node": f.node_name, "op": f.op_type,
+                  "reason": _MEASURED_REASON, "keep_fp32": [], "severity": f.severity, "inputs": f.inputs}
+                 for f in result.measured],
         "notes": plan.notes,
         "reaudit": None if result.after is None else {
             "before": len(result.before), "fixed": result.fixed_count, "remain": len(result.after),

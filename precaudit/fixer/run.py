@@ -59,6 +59,9 @@ class FixResult:
     problems: list[str] = field(default_factory=list)  # why the fixed model was not written
     compare_problem: str | None = None  # why the float32 comparison could not run
     withheld: list[Repair] = field(default_factory=list)  # measured, and left out of the written model
+    # the findings of before that the static pass does not make (--trace, --check-weights): no repair is planned
+    # for them; each is left as it is, and said so
+    measured: list[Finding] = field(default_factory=list)
     tolerance: float = 1e-3
 
     def __repr__(self) -> str:  # (the dataclass's would print the whole plan and every finding)
@@ -92,17 +95,19 @@ class FixResult:
 
     @property
     def errors_left(self) -> list[Finding]:
-        """The error findings a run that wrote nothing leaves as they were (none after a dry run: it was asked for
-        a plan only)."""
-        if self.dry_run or self.written:
+        """The error findings the run leaves: in the fixed model where one was written, else in the model as it
+        was (none after a dry run: it was asked for a plan only)."""
+        if self.dry_run:
             return []
-        return [f for f in self.before if f.severity == "error"]
+        left = self.after if self.written and self.after is not None else self.before
+        return [f for f in left if f.severity == "error"]
 
     @property
     def exit_code(self) -> int:
         """0 written and checked on the user's inputs (or nothing to write and no error left); 1 a repair withheld,
-        a check failed, or nothing written while error findings remain (as `ruff --fix` exits 1 when violations
-        remain); 3 written, but its float32 check ran on synthesized inputs only, or could not run."""
+        a check failed, or error findings remain, in the fixed model or, where none was written, in the model (as
+        `ruff --fix` exits 1 when violations remain); 3 written, but its float32 check ran on synthesized inputs
+        only, or could not run."""
         if self.problems or self.withheld or self.errors_left:
             return 1
         if self.written and not self.verified:
@@ -124,8 +129,10 @@ class FixResult:
                     f"'{first.node.name}': {first.withheld}); {what}")
         left = self.errors_left
         shown = ", ".join(f"{f.rule_id} at '{f.node_name}'" for f in left[:3]) + (" ..." if len(left) > 3 else "")
-        return (f"nothing repaired and {len(left)} error finding{'s' * (len(left) != 1)} "
-                f"remain{'s' * (len(left) == 1)} ({shown}): no model written")
+        count = f"{len(left)} error finding{'s' * (len(left) != 1)} remain{'s' * (len(left) == 1)} ({shown})"
+        if self.written:
+            return f"the fixed model was written and {count} in it, which fix does not repair"
+        return f"nothing repaired and {count}: no model written"
 
 
 @dataclass
@@ -139,7 +146,7 @@ class FixOptions:
 
 def run_fix(model: str, output: str | None, deployment: Deployment, rules: list[Rule],
             options: FixOptions, dry_run: bool, inputs: TraceOptions, trace: bool,
-            keep: Callable[[list[Finding]], list[Finding]] | None = None) -> FixResult:
+            keep: Callable[[list[Finding]], list[Finding]] | None = None, weights: bool = False) -> FixResult:
     # notes the model and its external data as read (-o may be neither); --dim sizes its symbolic dims
     deployment.check_runs(model)
     graph = size_dims(load_onnx(model), inputs.dims)
@@ -150,7 +157,10 @@ def run_fix(model: str, output: str | None, deployment: Deployment, rules: list[
     triples = audit_pairs(graph, resolver, rules, model, keep)
     pairs = [(r, s) for r, s, _ in triples]
     ctx, plan = _planned(model, graph, resolver, target, options, pairs, set())
-    result = FixResult(model, output, target, dry_run, plan, [f for _, _, f in triples], tolerance=options.tolerance)
+    measured = _Measured(deployment, rules, inputs if trace else None, weights, keep)
+    beyond = measured(model, graph, resolver)
+    result = FixResult(model, output, target, dry_run, plan, [f for _, _, f in triples] + beyond,
+                       tolerance=options.tolerance, measured=beyond)
     if dry_run or not plan.repairs:
         return result
     if output is None:
@@ -181,7 +191,7 @@ def run_fix(model: str, output: str | None, deployment: Deployment, rules: list[
             with open(tmp, "xb") as fh:
                 fh.write(fixed.SerializeToString())
             _checker(tmp, output, model)
-            fixed_graph = _reaudit(result, str(tmp), deployment, rules, keep)
+            fixed_graph = _reaudit(result, str(tmp), deployment, rules, keep, measured)
             _compare(result, graph, fixed_graph, pristine, fixed, str(tmp), batches)
             failed = _gate(plan.repairs, options.tolerance, ctx) or _gate_whole(plan.repairs, options.tolerance, ctx,
                                                                                result.comparison)
@@ -240,12 +250,36 @@ def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
 
 
-def _reaudit(result: FixResult, tmp: str, deployment: Deployment, rules: list[Rule], keep) -> Graph:
+@dataclass
+class _Measured:
+    """The audit's findings beyond its static pass (traced, weights) with the run's settings; none where neither
+    was asked for."""
+
+    deployment: Deployment
+    rules: list[Rule]
+    trace: TraceOptions | None
+    weights: bool
+    keep: Callable[[list[Finding]], list[Finding]] | None
+
+    def __call__(self, path: str, graph: Graph, resolver: DtypeResolver | None = None) -> list[Finding]:
+        if self.trace is None and not self.weights:
+            return []
+        from ..suppress import drop_suppressed
+        from .measured import beyond_static
+
+        found = drop_suppressed(beyond_static(path, graph, resolver or self.deployment.resolver(graph), self.rules,
+                                              self.trace, self.weights))
+        return self.keep(found) if self.keep is not None else found
+
+
+def _reaudit(result: FixResult, tmp: str, deployment: Deployment, rules: list[Rule], keep,
+             measured: _Measured) -> Graph:
     """The fixed model audited with the same settings: what is fixed, what remains, what is new."""
     fixed_graph = load_onnx(tmp)
     fixed_graph.path = result.output or tmp
     fixed_resolver = deployment.resolver(fixed_graph)
     result.after = [f for _, _, f in audit_pairs(fixed_graph, fixed_resolver, rules, result.output or tmp, keep)]
+    result.after += measured(result.output or tmp, fixed_graph, fixed_resolver)
     # a repair that moved a norm's eps (inside the root, or added one) moved its site: its findings are the same norm's
     moved = {r.moved_to: r.node.name for r in result.plan.repairs if r.moved_to}
     result.after = [dataclasses.replace(f, node_name=moved[f.node_name]) if f.node_name in moved else f

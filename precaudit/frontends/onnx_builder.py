@@ -8,7 +8,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn
 
 import numpy as np
 import onnx
@@ -122,10 +122,12 @@ class _Builder:
         own: list[Node] = []
         for np_ in gp.node:
             node, outputs, body_attrs = self._node(np_, subgraph_path, parent)
-            self._connect(node, np_, outputs, scope, parent)
+            untyped = self._connect(node, np_, outputs, scope, parent)
             if node.op_type == "Constant" and node.outputs:
                 _make_constant(node, np_, self.path, self.model_dir)
-            _fill_missing_dtype(node)
+                untyped = True  # (it typed its output from its value)
+            if untyped:
+                _fill_missing_dtype(node)
             graph.nodes.append(node)
             own.append(node)
             if body_attrs is not None:
@@ -193,22 +195,23 @@ class _Builder:
         if own_name.startswith("/"):
             cut = own_name.rfind("/")
             if cut > 0:
-                node.scope = self._module_scope(own_name[:cut])
+                prefix = own_name[:cut]
+                scope = self._scopes.get(prefix, _UNSEEN)  # (inline: a call per node was a tenth of the build)
+                node.scope = self._module_scope(prefix) if scope is _UNSEEN else scope
         if np_.metadata_props:
             _attach_metadata(node, np_)
         return node, outputs, body_attrs
 
     def _module_scope(self, prefix: str) -> str | None:
-        """The module path a TorchScript name's path prefix names ("/encoder/layer.0" -> "encoder.layer.0")."""
-        scopes = self._scopes
-        found = scopes.get(prefix, scopes)
-        if found is scopes:
-            found = scopes[prefix] = ".".join(p for p in prefix.split("/")[1:] if p) or None
-        return cast("str | None", found)  # (scopes itself only marks a prefix not seen yet)
+        """The module path a TorchScript name's path prefix names ("/encoder/layer.0" -> "encoder.layer.0"), kept
+        for the next node of the same prefix."""
+        found = self._scopes[prefix] = ".".join(p for p in prefix.split("/")[1:] if p) or None
+        return found
 
     def _connect(self, node: Node, np_: onnx.NodeProto, outputs: list[str], scope: dict[str, Value],
-                 parent: Node | None) -> None:
-        """The node's inputs, read from scope, and its outputs, typed as the file declares them and put in scope."""
+                 parent: Node | None) -> bool:
+        """The node's inputs, read from scope, and its outputs, typed as the file declares them and put in scope;
+        whether an output is left without a dtype."""
         ins = node.inputs
         get_scope = scope.get
         for iname in np_.input[:]:
@@ -222,21 +225,28 @@ class _Builder:
             ins.append(read)
         outs = node.outputs
         get_type = self.types.get
+        untyped = False
         for oname in outputs:
             if oname:
-                value = Value(oname, None, None, None, node, None, False, parent)
                 tp = get_type(oname)
                 if tp is not None:
                     tt = tp.tensor_type
-                    value.dtype = _DTYPES[tt.elem_type]
-                    if tt.HasField("shape"):
-                        value._shape = tt.shape  # read when asked (ir.Value.shape)
-                if self.declared_only and (value.dtype is None or value._shape is None):
+                    value = Value(oname, _DTYPES[tt.elem_type], None, tt.shape if tt.HasField("shape") else None,
+                                  node, None, False, parent)  # (a shape is read when asked: ir.Value.shape)
+                else:
+                    value = Value(oname, None, None, None, node, None, False, parent)
+                if value.dtype is None:
+                    untyped = True
+                    if self.declared_only:
+                        raise Undeclared(oname)
+                elif self.declared_only and value._shape is None:
                     raise Undeclared(oname)
                 scope[oname] = value
             else:
                 value = Value("", producer=node, parent=parent)
+                untyped = True
             outs.append(value)
+        return untyped
 
 
     # Every attribute of every node passes here (the load's hot loop): its cases stay inline, not a call each.
@@ -401,6 +411,7 @@ class _DtypeNames(dict):
         return name
 
 
+_UNSEEN: Any = object()  # a module-scope prefix not met yet (its scope may be None)
 _NO_ATTRS: dict = {}  # shared by every node without attributes (nothing writes to a node's attrs)
 
 

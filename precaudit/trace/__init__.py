@@ -9,6 +9,7 @@ import numpy as np
 
 from ..analysis.compute_dtype import DtypeResolver
 from ..analysis.sites.base import Site
+from ..errors import InputError
 from ..ir import Graph
 from ..options import TraceOptions
 from .blocks import attach_block_probes, block_sites
@@ -75,6 +76,12 @@ def traced_sites(graph: Graph, resolver: DtypeResolver, options: TraceOptions) -
             if i == 0:
                 run.shapes = {name: list(np.shape(array)) for name, array in feeds.items()}
             emulator.run(feeds, update, final=i == samples - 1)  # the last sample keeps no weights
+    except InputError as exc:
+        # a node that cannot run on inputs whose symbolic dims precaudit chose: most likely a size the model
+        # cannot take (an image side its strides do not divide), which the user sets
+        if source.guessed and exc.problem.startswith("traced mode cannot run node"):
+            raise InputError(exc.file, exc.problem.rstrip() + source.shape_hint(), exc.line) from exc
+        raise
     finally:
         close()
     sites = [*value_sites(graph, resolver, emulator.stats, samples), *norm_sites(probes, samples),

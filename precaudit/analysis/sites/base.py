@@ -51,6 +51,9 @@ FACT_NAMES["integer_float"] = {"op", "integer_from", "int_bound", "int_bound_tex
 # norm: the site is the guard node, judged as a norm's eps is; guarded_class is the sign class of what it guards.
 FACT_NAMES["guard"] = {"op", "guard_op", "reader", "reader_op", "guarded_class", "reader_input_class",
                        "in_norm_chain", *_EPS_FACTS, *_DTYPE_FACTS}
+# A node whose float input a float16 conversion makes float16 where the op's schema allows no float16 (sites/
+# type_support.py): the converted model is invalid
+FACT_NAMES["type_support"] = {"op", "input_index", "input_name", "allowed_types", *_DTYPE_FACTS}
 FACT_NAMES["softmax"].add("axis")
 FACT_NAMES["logsoftmax"].add("axis")
 # Traced mode (precaudit/trace): what a run observed, per value, norm statistic, sensitive op input, and the
