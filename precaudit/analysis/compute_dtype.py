@@ -260,7 +260,22 @@ class DtypeResolver:
             return ComputeDtype(FORMATS["fp32"], f"after Cast to float32 at node '{island.cast}'")
         if self.converted:
             return ComputeDtype(FORMATS["fp32"], f"stored in float32 in a model stored in {self.target.long_name}")
-        return ComputeDtype(self.target, self._why_target(origin), self.clamp)
+        return ComputeDtype(self.target, self._cast_back(value) or self._why_target(origin), self.clamp)
+
+    def _cast_back(self, value: Value) -> str | None:
+        """Why the output of a node kept by --keep-fp32 or a keep-list is held in the target dtype: the converter
+        casts it down for a reader it converts (a kept Cast of an int32 accumulator overflows there all the same)."""
+        maker = value.producer
+        if self._keeps_none or maker is None or maker.op_type == "Constant":
+            return None
+        keeper, reason = self._kept(maker)
+        if keeper is None or keeper == self._blocked.get(id(maker)):  # (not the converter's own list: it says so)
+            return None
+        reader = next((c for c in value.consumers if self._kept(c)[0] is None), None)
+        if reader is None:
+            return None
+        return (f"made by '{maker.name}', {reason}; the converter casts its output to {self.target.long_name} for "
+                f"'{reader.name}' ({reader.op_type}), which it converts")
 
     def _stored_as_is(self, dtype: str, origin: _Origin | None) -> ComputeDtype:
         """A value the graph stores in a float type other than float32: held as it is."""

@@ -83,6 +83,16 @@ class Converter:
     # (converted only when no blocked node reads it), "any-reader" (converted when some node outside the block
     # lists reads it, and then every reader reads the converted copy), "per-reader" (each reader its own copy)
     initializers: str = "any-reader"
+    # a Constant node the block lists keep, read by a kept node: True, that node reads it in float32 (OnnxModel's
+    # remove_cascaded_cast_nodes drops the float16 Cast pair the converter puts between the two); False, the
+    # converter casts the Constant's output to float16 all the same (onnxconverter-common's
+    # insert_cast16_after_node: 1e8 becomes inf), so no block list keeps a Constant node's value in float32
+    kept_constants: bool = True
+
+    def keeps_constant_nodes(self) -> bool:
+        """Whether blocking a Constant node together with the nodes reading it keeps its value float32 for them (a
+        keep-list then lists the Constant nodes a kept node reads; they are converted otherwise)."""
+        return not self.plain and self.initializers != "per-reader" and self.kept_constants
 
     @property
     def plain(self) -> bool:
@@ -113,15 +123,16 @@ class Converter:
         converted: the node reads the copy in the target dtype (blocked readers through the Cast the converter puts
         before them); otherwise the numbers as stored, in float32. clamped: that copy went through the converter's
         clamp (where the clamp applies to how the constant is stored: Clamp.applies_to). initializer: an initializer
-        (else a Constant node's tensor, whose node `maker_blocked` says whether the converter blocks);
+        (else a Constant node's tensor, whose node `maker_blocked` says whether the converter blocks: converted
+        unless both it and the reader are blocked, where kept_constants holds);
         readers_blocked: for every node that reads it. Without a converter every constant is rounded as it is.
         """
         if self.plain:
             return True, False
         if self.initializers == "per-reader":  # modelopt: a copy per precision, the constants it casts included
             return not reader_blocked, not reader_blocked
-        if not initializer:  # a tensor attribute: converted with its node; else cast to the target after it
-            return not (maker_blocked and reader_blocked), not maker_blocked
+        if not initializer:  # a tensor attribute: converted (clamped) with its node; else cast to the target after it
+            return not (maker_blocked and reader_blocked and self.kept_constants), not maker_blocked
         converted = not any(readers_blocked) if self.initializers == "no-blocked-reader" else not all(readers_blocked)
         return converted, converted
 

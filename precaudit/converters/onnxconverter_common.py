@@ -11,7 +11,11 @@ Read from `onnxconverter_common/float16.py` of the 1.16.0 wheel (identical to mi
 - ``process_node_in_block_list`` / ``node_block_list``: exact ``node.name`` (and ``op_type``) matches, in every
   graph it converts (an If/Loop body too, unless its parent is blocked: ``get_next_level_graph``).
 - Since 1.15 a ``Cast`` keeps its ``to`` while ``process_value_info`` retypes its output to float16: a
-  ``Cast(to=float32)`` outside the block lists gives a model onnxruntime refuses to load.
+  ``Cast(to=float32)`` outside the block lists gives a model onnxruntime refuses to load. A blocked one keeps
+  float32 and ``insert_cast16_after_node`` casts its output to float16 (a reader outside the lists reads that).
+- A ``Constant`` a blocked node reads is converted (clamped) unless it is blocked itself; blocked, its output is
+  cast to float16 all the same by ``insert_cast16_after_node`` (unclamped: 1e8 becomes inf), so no block list
+  keeps a Constant node's value float32 (an initializer only blocked nodes read stays float32).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ CONVERTER = Converter(
     upcast="keeps its to=float32 but retypes its output to float16 (the converted model fails to load unless "
            "the Cast is in node_block_list)",
     source=f"onnxconverter_common/float16.py, {VERSION} (= microsoft/onnxconverter-common @28b00d4)",
-    control_flow=CONTROL_FLOW_CAVEAT.format(who=_TITLE), initializers="no-blocked-reader")
+    control_flow=CONTROL_FLOW_CAVEAT.format(who=_TITLE), initializers="no-blocked-reader", kept_constants=False)
 
 
 def paste(args: KeepArgs) -> str:

@@ -9,7 +9,14 @@ Read from `onnxruntime/transformers/float16.py` and `onnx_model.py` of the onnxr
   into the float16 range: 1e-12 becomes the smallest subnormal, -1e9 and finfo(float32).min become -65504.
   An initializer is converted when a node outside the block lists reads it; a ``Constant``'s value when the
   Constant is not blocked.
-- A ``Cast(to=float32)`` outside the block lists is rewritten to ``to=float16``.
+  A ``Constant`` a blocked node reads is converted all the same unless it is blocked too
+  (``convert_float_to_float16`` queues every attribute of a node outside the block lists), and a
+  ``Cast(to=float32)`` is put before the reader: 9.79e7 is read as 65504. A blocked ``Constant`` read by a blocked
+  node stays float32 through ``OnnxModel.convert_float_to_float16`` (its ``remove_cascaded_cast_nodes`` drops
+  the Cast pair float16.py puts between them; float16.py alone reads it through float16: inf).
+- A ``Cast(to=float32)`` outside the block lists is rewritten to ``to=float16``; a blocked one keeps
+  ``to=float32``, and its output is cast to float16 for a reader outside the block lists (an int32 accumulator of
+  1e5 is inf there: keep the reader too).
 - ``OnnxModel.convert_float_to_float16`` defaults ``keep_io_types=True`` and runs symbolic shape inference.
 
 Olive 0.13.0 (`olive/passes/onnx/float16_conversion.py`) calls ``OnnxModel.convert_float_to_float16`` with its

@@ -25,7 +25,7 @@ from ..ir import Graph, Node
 from ..options import check_choice
 from ..rules.engine import Match
 from ..rules.loader import Rule
-from .chains import NormChains
+from .chains import NormChains, with_constant_nodes
 from .verify import Verification, verify
 
 if TYPE_CHECKING:
@@ -271,7 +271,7 @@ def build_keep_list(audit: Audit, path: str, target_for: str, tolerance: float =
     weights = trace is not None
     matches = [m for m in static_matches(graph, resolver, rules, path, weights, keep)
                if m.finding.severity in ("error", "warning")]
-    result.entries = _static_entries(matches, chains)
+    result.entries = _static_entries(matches, chains, converter)
     _drop_unfixable(result, rules, weights, keep)
     if trace is not None:
         from ..trace.inputs import input_batches
@@ -345,14 +345,15 @@ def static_findings(graph: Graph, resolver: DtypeResolver, rules: list[Rule], pa
     return [m.finding for m in static_matches(graph, resolver, rules, path, weights, keep)]
 
 
-def _static_entries(matches: list[Match], chains: NormChains) -> list[Entry]:
-    """One entry per chain (or node) that findings point at, with every finding there as a reason. The node is the
-    site's own, by identity: two nodes of one name are two entries."""
+def _static_entries(matches: list[Match], chains: NormChains, converter: Converter) -> list[Entry]:
+    """One entry per chain (or node) that findings point at, with every finding there as a reason, and the Constant
+    nodes they read where the converter needs those blocked too. The node is the site's own, by identity: two nodes
+    of one name are two entries."""
     entries: dict[int, Entry] = {}
     for m in matches:
         node, finding = m.site.node, m.finding
         nodes = chains.of(node) or list(m.site.span) or [node]
-        entry = entries.setdefault(id(nodes[0]), Entry("static", [], nodes))
+        entry = entries.setdefault(id(nodes[0]), Entry("static", [], with_constant_nodes(nodes, converter)))
         entry.findings.append(finding)
         entry.sites.append(node)
         entry.reasons.append(f"{finding.rule_id} {finding.rule_name} at '{finding.node_name}'")

@@ -9,9 +9,10 @@ from collections.abc import Iterable
 from ..analysis.canonical import STATISTICS
 from ..analysis.compute_dtype import DtypeResolver
 from ..analysis.decomposed import find_decomposed_norms
+from ..converters import Converter
 from ..ir import Graph, Node, Value
 
-__all__ = ["NormChains", "error_entry", "overflow_closure", "producers"]
+__all__ = ["NormChains", "error_entry", "overflow_closure", "producers", "with_constant_nodes"]
 
 _REDUCTIONS = STATISTICS | {"ReduceL1"}  # a norm's statistic, and an L1 norm's
 # What a statistic's input passes through on its way from the normalized tensor x: a square, a centring, a Cast.
@@ -84,6 +85,23 @@ class NormChains:
                 break
             value = node.input(0)
         return value
+
+
+def with_constant_nodes(nodes: list[Node], converter: Converter) -> list[Node]:
+    """The nodes and the Constant nodes making the float32 tensors they read, where the converter keeps such a value
+    float32 only when its Constant node is blocked too: a blocked node's Constant input is converted (clamped:
+    a variance of 9.79e7 read as 65504) unless the Constant is in the block list (converters/base.py)."""
+    if not converter.keeps_constant_nodes():
+        return nodes
+    held = {id(n) for n in nodes}
+    makers = []
+    for node in nodes:
+        for value in node.inputs:
+            maker = value.producer if value is not None and value.dtype == "fp32" else None
+            if maker is not None and maker.op_type == "Constant" and id(maker) not in held:
+                held.add(id(maker))
+                makers.append(maker)
+    return [*makers, *nodes]
 
 
 def overflow_closure(start: Node, too_large: set[int]) -> list[Node]:

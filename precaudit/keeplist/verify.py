@@ -11,7 +11,7 @@ import numpy as np
 
 from ..deployment import Deployment
 from ..ir import Graph, Node
-from .chains import NormChains, error_entry, overflow_closure, producers
+from .chains import NormChains, error_entry, overflow_closure, producers, with_constant_nodes
 
 __all__ = ["Run", "Verification", "emulate", "verify"]
 
@@ -111,6 +111,9 @@ def verify(graph: Graph, deployment: Deployment, static: list[Node],
         if entry is None:
             out.stopped = _measured_stop(run, graph, current, tolerance)
             break
+        # with the Constant nodes they read (not kept yet), which the converter converts otherwise
+        held = {id(n) for n in kept} - {id(n) for n in entry.nodes}
+        entry.nodes = [n for n in with_constant_nodes(entry.nodes, deployment.converter) if id(n) not in held]
         out.added.append(entry)
         kept = _unique([*kept, *entry.nodes])
         current = run(kept, out.keep_io)

@@ -87,7 +87,7 @@ def traced_sites(graph: Graph, resolver: DtypeResolver, options: TraceOptions) -
     sites = [*value_sites(graph, resolver, emulator.stats, samples), *norm_sites(probes, samples),
              *op_sites(probes, resolver, samples, emulator.stats), *hazard_sites(graph, resolver, emulator.stats, samples),
              *first_nonfinite_site(graph, resolver, emulator.stats, samples),
-             *silent_failure_sites(graph, resolver, emulator.stats, samples),
+             *silent_failure_sites(graph, resolver, emulator.stats, samples, emulator.plan.formats),
              *block_sites(blocks, resolver, emulator.stats, samples)]
     order = {id(node): i for i, node in enumerate(graph.nodes)}
     run.nodes = dict(emulator.ran_on)

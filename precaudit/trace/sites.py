@@ -20,6 +20,7 @@ from ..analysis.sites.integer_float import integer_site
 from ..analysis.sites.walks import feeding_op, selected_by_where_only
 from ..dtypes import Format
 from ..ir import Graph, Node, Value, implicit_inputs
+from .formats import HeldFormats
 from .measure import WATCHED_INPUT, Probes
 from .stats import ValueStats
 
@@ -222,38 +223,44 @@ def first_nonfinite_site(graph: Graph, resolver: DtypeResolver, stats: dict[int,
 
 
 def silent_failure_sites(graph: Graph, resolver: DtypeResolver, stats: dict[int, ValueStats],
-                         samples: int) -> list[Site]:
+                         samples: int, formats: HeldFormats | None = None) -> list[Site]:
     """One site per graph output the emulated run leaves finite (no inf or NaN beyond the reference's), with how far
     it strays from the reference and the first value upstream that overflowed or went inf/NaN on the way: a
     statistic that saturated while the outputs stayed finite (whisper on WebGPU: |x - mean| 795 squared to 630,025,
-    the variance +inf, every row 0 — and 0 inf, 0 NaN in the outputs)."""
+    the variance +inf, every row 0 — and 0 inf, 0 NaN in the outputs). With `formats` (how the run reads each
+    constant), a small constant read converted with values beyond the format counts too: a BatchNormalization
+    variance of 9.79e7 in a Constant node, clamped to 65504 by the converter though the node is kept."""
     sites = []
     order = {id(n): i for i, n in enumerate(graph.nodes)}
     for value in graph.outputs:
         s = stats.get(id(value))
         if s is None or not s.elements or s.nonfinite > s.ref_nonfinite or value.producer is None:
             continue
-        cause = _first_damage_upstream(value, stats, order)
+        cause = _first_damage_upstream(value, stats, order, formats)
         facts: dict = {"value": value.name, "op": value.producer.op_type, "samples": samples,
                        "rel_error": _relative_error(s), "max_error": s.max_error, "absmax": s.absmax,
                        "cause_node": None, "cause_op": None, "cause_value": None, "cause_overflow_fraction": 0.0,
                        "cause_nonfinite_fraction": 0.0,
                        **dtype_facts(_held_dtype(value, s.fmt, resolver), resolver)}
         if cause is not None:
-            c, cs = cause
-            assert c.producer is not None  # _first_damage_upstream walks producers
-            facts.update(cause_node=c.producer.name, cause_op=c.producer.op_type, cause_value=c.name,
-                         cause_overflow_fraction=cs.fraction(cs.overflow),
-                         cause_nonfinite_fraction=cs.fraction(max(0, cs.nonfinite - cs.ref_nonfinite)))
+            node, c, overflow, nonfinite = cause
+            facts.update(cause_node=node.name, cause_op=node.op_type, cause_value=c.name,
+                         cause_overflow_fraction=overflow, cause_nonfinite_fraction=nonfinite)
         sites.append(Site("traced_output", value.producer, facts))
     return sites
 
 
-def _first_damage_upstream(output: Value, stats: dict[int, ValueStats], order: dict[int, int]
-                           ) -> tuple[Value, ValueStats] | None:
+# (the node to name, the value, the fraction of it beyond the format's max, the fraction the run holds as inf/NaN)
+_Damage = tuple[Node, Value, float, float]
+_MAX_CONST_CAUSE = 1 << 16  # elements of a constant read for a cause: a norm's statistics, an eps, a scale
+
+
+def _first_damage_upstream(output: Value, stats: dict[int, ValueStats], order: dict[int, int],
+                           formats: HeldFormats | None = None) -> _Damage | None:
     """The earliest value (in graph order) upstream of output whose emulated run overflowed the format or turned
-    inf/NaN where the reference did not."""
-    best: tuple[int, Value, ValueStats] | None = None
+    inf/NaN where the reference did not; with formats, or a small constant a node on the way reads converted from
+    numbers beyond the format (named by its Constant node, else by the reader)."""
+    best: tuple[int, _Damage] | None = None
     todo, seen = [output], {id(output)}
     while todo:
         value = todo.pop()
@@ -261,15 +268,37 @@ def _first_damage_upstream(output: Value, stats: dict[int, ValueStats], order: d
         if producer is None:
             continue
         s = stats.get(id(value))
-        if s is not None and (s.overflow or s.nonfinite > s.ref_nonfinite):
-            rank = order.get(id(producer), 0)
-            if best is None or rank < best[0]:
-                best = (rank, value, s)
+        rank = order.get(id(producer), 0)
+        if s is not None and (s.overflow or s.nonfinite > s.ref_nonfinite) and (best is None or rank < best[0]):
+            best = (rank, (producer, value, s.fraction(s.overflow), s.fraction(max(0, s.nonfinite - s.ref_nonfinite))))
         for v in producer.inputs:
-            if v is not None and id(v) not in seen and not v.is_const:
-                seen.add(id(v))
+            if v is None or id(v) in seen:
+                continue
+            seen.add(id(v))
+            if not v.is_const:
                 todo.append(v)
-    return (best[1], best[2]) if best is not None else None
+            elif formats is not None and (best is None or rank < best[0]):
+                found = _converted_beyond(v, producer, formats)
+                best = (rank, found) if found is not None else best
+    return best[1] if best is not None else None
+
+
+def _converted_beyond(value: Value, reader: Node, formats: HeldFormats) -> _Damage | None:
+    """A float32 constant `reader` reads converted (into a narrow format) that holds numbers beyond the format's
+    max: clamped by the converter, else inf."""
+    fmt = formats.of(value)
+    if value.dtype != "fp32" or fmt is None or fmt.wide or (value.const_size or 0) > _MAX_CONST_CAUSE:
+        return None
+    converted, clamp = formats.const_read(value, reader)
+    data = value.const() if converted else None
+    if data is None or not data.size:
+        return None
+    beyond = int(np.count_nonzero(np.abs(data.astype(np.float64)) >= fmt.overflow_threshold))
+    if not beyond:
+        return None
+    maker = value.producer if value.producer is not None and value.producer.op_type == "Constant" else reader
+    fraction = beyond / data.size
+    return maker, value, fraction, 0.0 if clamp is not None else fraction
 
 
 def _chain_to_output(start: Value, bad: set[int], outputs: dict[int, Value]) -> tuple[list[str], Value | None]:
