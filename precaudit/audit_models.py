@@ -53,12 +53,11 @@ def _load(path: str, torch_options: TorchOptions | None, target: str) -> Graph:
 
 def static_matches(graph: Graph, resolver: DtypeResolver, rules: list[Rule], path: str, weights: bool = False,
                    keep: Callable[[list[Finding]], list[Finding]] | None = None) -> list[Match]:
-    """The static pass over one graph, as every command runs it: sites (weights too when asked), the rules, then
-    the inline suppressions and, where given, the configured ignores (keep). Each finding with its rule and site."""
+    """The static pass over one graph, as every command runs it: sites (every weight when asked, else the fused
+    normalizations' per-channel parameters), the rules, then the inline suppressions and, where given, the
+    configured ignores (keep). Each finding with its rule and site."""
     patterns = {rule.id: rule.pattern for rule in rules if rule.pattern is not None}
-    sites = collect_sites(graph, resolver, patterns)
-    if weights:
-        sites += find_weight_sites(graph, resolver)
+    sites = collect_sites(graph, resolver, patterns) + find_weight_sites(graph, resolver, norm_params_only=not weights)
     matches = match_rules(rules, sites, path)
     counted = drop_suppressed([m.finding for m in matches])
     if keep is not None:
@@ -87,7 +86,8 @@ def audit_models(paths: list[str], deployment: Deployment, rules: list[Rule],
                  dims: dict[str, int] | None = None, debug: bool = False, strict_dims: bool = True) -> AuditResult:
     """Audit each model; a model that fails to load is recorded as an error and the rest go on.
 
-    Weights are read only where the run reads them anyway (--trace) or the user asked (--check-weights).
+    Weights are read only where the run reads them anyway (--trace) or the user asked (--check-weights); the
+    fused normalizations' parameters (per-channel vectors of at most MAX_CHANNELS values) always.
     dtype_maps keeps each node's compute dtype and its reason (the HTML report's dtype map). deployment: the
     target dtype, the fp16 converter modelled (its default block list, constant clamp and Cast handling) and the
     nodes kept in float32.
@@ -126,8 +126,9 @@ def audit_models(paths: list[str], deployment: Deployment, rules: list[Rule],
                 mine = trace if strict_dims or not path.lower().endswith(".onnx") else \
                     dataclasses.replace(trace, dims={k: v for k, v in trace.dims.items() if k in graph.dim_sizes})
                 traced, result.traces[path] = _traced(path, graph, resolver, mine, torch_options, deployment)
-            weights = find_weight_sites(graph, resolver) if (trace is not None or check_weights) and weight_rules \
-                else []
+            # every weight where the run reads them anyway or the user asked; else the norms' per-channel parameters
+            weights = find_weight_sites(graph, resolver, norm_params_only=trace is None and not check_weights) \
+                if weight_rules else []
             with collector_paused():
                 findings = apply_rules(rules, sites, path)
                 # a traced number holds for the inputs it was measured on, and says which

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CONST_CACHE_BYTES", "UNKNOWN", "Graph", "Node", "Value", "body_nodes", "duplicate_renames", "generated_name", "implicit_inputs"]
+__all__ = ["CONST_CACHE_BYTES", "UNKNOWN", "Graph", "Node", "Value", "body_nodes", "duplicate_renames", "generated_name",
+           "implicit_inputs", "shown_node", "shown_origin"]
 
 # What a memo slot of a Value holds until its fact is first worked out (analysis/constants.py).
 UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN", "__slots__": ()})()
@@ -186,6 +187,25 @@ def generated_name(op_type: str, first_output: str, taken: set[str]) -> str:
         k += 1
         name = f"{base}~{k}"
     return name
+
+
+def shown_node(node: Node) -> str:
+    """A node as a message names it: "MatMul 'proj'", or, where the file gives it no name, "the unnamed MatMul node
+    that makes 'y'": precaudit's generated name is no name a converter's block list can reach before the nodes are
+    named as a keep-list snippet names them."""
+    if node.unnamed and node.outputs:
+        return f"the unnamed {node.op_type} node that makes '{node.outputs[0].name}'"
+    return f"{node.op_type} '{node.name}'"
+
+
+def shown_origin(value: Value) -> str:
+    """Where a constant is stored, as a message names it: its const_origin ("initializer 'w'", "Constant node 'c'"),
+    or the Constant node by the tensor it makes where the file leaves the node unnamed. const_origin itself keeps
+    precaudit's name: it is the key a converter's clamp is decided by (Clamp.applies_to)."""
+    maker = value.producer
+    if maker is not None and maker.unnamed and maker.op_type == "Constant":
+        return shown_node(maker)
+    return value.const_origin or f"constant '{value.name}'"
 
 
 def duplicate_renames(graph: Graph) -> dict[int, str]:

@@ -135,3 +135,65 @@ def test_a_tensor_every_layer_adds_before_its_softmax_is_read_once(tmp_path):
     resolver = DtypeResolver(graph, FORMATS["fp16"])
     assert find_constant_sites(graph, resolver) == [] and len(reads) == 1
     assert [s.facts["name"] for s in find_weight_sites(graph, resolver)] == ["bias"] and len(reads) == 2
+
+
+def _recorded(graph):
+    """Every constant's loader wrapped to record the name of each tensor it reads."""
+    reads: list[str] = []
+    for node in graph.nodes:
+        for value in node.inputs:
+            if value is not None and value.is_const and not getattr(value.const_loader, "recorded", False):
+                def counted(loader=value.const_loader, name=value.name):
+                    reads.append(name)
+                    return loader()
+                counted.recorded = True
+                value.const_loader = counted
+    return reads
+
+
+def test_the_static_audit_reads_a_norms_parameters_and_no_other_weight(tmp_path):
+    """conv → BatchNormalization over 128 channels (more than the 64 values a scalar is looked for in): the static
+    pass reads the norm's four per-channel vectors once each, never the convolution's weight; --check-weights reads
+    that too."""
+    from precaudit.audit_models import static_matches
+    from precaudit.deployment import Deployment
+    from precaudit.frontends.onnx import load_onnx
+    from precaudit.rules.loader import load_rules
+
+    c = 128
+    var = np.ones(c, np.float32)
+    var[5] = 1e8
+    inits = [numpy_helper.from_array(np.full((c, c, 1, 1), 0.01, np.float32), "W"),
+             numpy_helper.from_array(np.ones(c, np.float32), "scale"), numpy_helper.from_array(np.zeros(c, np.float32), "B"),
+             numpy_helper.from_array(np.zeros(c, np.float32), "mean"), numpy_helper.from_array(var, "var")]
+    nodes = [h.make_node("Conv", ["x", "W"], ["c"], name="conv"),
+             h.make_node("BatchNormalization", ["c", "scale", "B", "mean", "var"], ["y"], name="bn", epsilon=1e-3)]
+    path = save(model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [1, c, 4, 4])],
+                      [h.make_tensor_value_info("y", T.FLOAT, [1, c, 4, 4])], inits), tmp_path / "conv_bn.onnx")
+    rules = load_rules()
+    for weights, expected in ((False, ["B", "mean", "scale", "var"]), (True, ["B", "W", "mean", "scale", "var"])):
+        graph = load_onnx(str(path))
+        reads = _recorded(graph)
+        found = static_matches(graph, Deployment.named("fp16").resolver(graph), rules, str(path), weights=weights)
+        assert [(m.finding.rule_id, m.finding.node_name, m.finding.values["overflow_count"]) for m in found] == \
+            [("PA212", "bn", 1)]
+        assert sorted(reads) == expected, weights
+
+
+def test_a_converter_that_clamps_raises_tiny_weights_instead_of_flushing_them(tmp_path):
+    """A LayerScale of 1e-8 (64 values): a plain cast makes every value 0; onnxruntime's converter raises them to
+    5.96e-8 and onnxconverter-common to 1e-7, subnormal in float16 but not 0."""
+    from fixtures.PA213_weight_underflow import layer_scale
+    from precaudit.analysis.sites.weight import find_weight_sites
+    from precaudit.deployment import Deployment
+    from precaudit.frontends.onnx import load_onnx
+
+    graph = load_onnx(str(save(layer_scale(1e-8), tmp_path / "scale.onnx")))
+    counts = {}
+    for converter in ("plain", "onnxruntime", "onnxconverter-common"):
+        [site] = find_weight_sites(graph, Deployment.named("fp16", converter).resolver(graph))
+        counts[converter] = [site.facts[k] for k in ("underflow_count", "lost_count", "raised_count",
+                                                     "subnormal_fraction", "converted_by")]
+    assert counts["plain"] == [64, 64, 0, 0.0, ""]
+    assert counts["onnxruntime"] == [0, 0, 64, 1.0, "onnxruntime 1.32.0's float16 converter (max_finite_val=65504)"]
+    assert counts["onnxconverter-common"] == [0, 0, 64, 1.0, "onnxconverter-common 1.16.0 (max_finite_val=1e4)"]

@@ -34,10 +34,13 @@ FACT_NAMES["reciprocal"] |= {"divisor_op", "divisor_class", "divisor_mask"}
 FACT_NAMES["reduction"] = {"op", "input_op", "in_norm_chain", "reduction_length", "reduction_axes", "swamp_length",
                            "overflow_term", "exp_input", "exp_shifted", "exp_node", "exp_path", "sum_use",
                            "exp_sum_overflow", "exp_terms", "exp_dtype", "exp_overflow", *_DTYPE_FACTS}
-# float32 weights (initializers, Constant tensors), measured against the dtype a conversion gives them: only with
-# --check-weights or --trace, the modes that read weights.
-FACT_NAMES["weight"] = {"op", "name", "source", "consumer", "elements", "nonzero", "absmax", "overflow_count",
-                        "underflow_count", "underflow_fraction", "subnormal_fraction", *_DTYPE_FACTS}
+# float32 weights (initializers, Constant tensors), measured against the dtype a conversion gives them (clamped
+# where the converter clamps them): every one with --check-weights or --trace, the modes that read weights; the
+# fused normalizations' parameters (per-channel vectors: role says which) in the static audit too.
+FACT_NAMES["weight"] = {"op", "name", "source", "consumer", "role", "read_as", "elements", "nonzero", "absmax",
+                        "overflow_count", "underflow_count", "underflow_fraction", "lost_count", "lost_fraction",
+                        "negligible_below", "raised_count", "subnormal_fraction", "converted_by", "overflow_limit",
+                        "limit_name", "overflow_effect", "block_note", *_DTYPE_FACTS}
 FACT_NAMES["pow"].add("exponent")
 # Sin and Cos of an angle made from integers (position x frequency, or arithmetic on positions by constants:
 # angle_made says which); and a float that carries integers (a Range, a CumSum of ones, a Cast of integer

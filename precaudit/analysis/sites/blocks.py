@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 
 from ...dtypes import COMPUTED, FORMATS, Format
-from ...ir import Graph, Node, Value
+from ...ir import Graph, Node, Value, shown_origin
 from ..compute_dtype import ComputeDtype, DtypeResolver
 from ..constants import resolve_scalar
 from ..quantized import GEMMS, BlockCounts, block_attr, gemm_axes
@@ -59,6 +59,6 @@ def _site(node: Node, value: Value | None, axis: int, fmt: Format, why: str, res
     axis %= np.asarray(data).ndim
     counts.add(np.asarray(data, dtype=np.float32), axis, value.name)
     del data
-    facts = {"op": node.op_type, "name": value.name, "source": value.const_origin or f"constant '{value.name}'",
+    facts = {"op": node.op_type, "name": value.name, "source": shown_origin(value),
              "consumer": node.name, "axis": axis, **counts.facts(), **dtype_facts(ComputeDtype(fmt, why), resolver)}
     return Site("block_weight", node, facts)

@@ -12,7 +12,7 @@ from ..fused_norms import FUSED_NORMS, NormSpec
 from .base import Site
 from .facts import dtype_facts, eps_facts
 
-__all__ = ["find_norm_sites"]
+__all__ = ["MAX_CHANNELS", "find_norm_sites"]
 
 
 def find_norm_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]:
@@ -49,14 +49,14 @@ def _norm_site(node: Node, spec: NormSpec, resolver: DtypeResolver) -> Site | No
     return Site("norm", node, facts)
 
 
-_MAX_CHANNELS = 65536  # running statistics are one number per channel: small enough to read
+MAX_CHANNELS = 65536  # running statistics are one number per channel: small enough to read (weight.py too)
 
 
 def _running_var_floor(node: Node) -> float | None:
     """BatchNormalization in inference divides by sqrt(running_var + eps): the smallest running variance
     decides whether the eps matters at all (it does only for channels whose variance is about 0)."""
     var = node.input(4) if node.op_type == "BatchNormalization" else None
-    if var is None or not var.is_const or (var.const_size or 0) > _MAX_CHANNELS:
+    if var is None or not var.is_const or (var.const_size or 0) > MAX_CHANNELS:
         return None
     data = var.const()
     return float(np.min(data)) if data is not None and data.size else None

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...dtypes import COMPUTED, ELEMENTS
-from ...ir import Graph, Node, Value
+from ...ir import Graph, Node, Value, shown_origin
 from ..compute_dtype import DtypeResolver
 from ..constants import resolve_scalar, skip_casts
 from .base import Site
@@ -70,7 +70,7 @@ def _constant_scale(value: Value | None) -> _Scale | None:
         return None
     if stored.is_const:
         data = _numbers(stored)
-        return None if data is None else _Scale(stored, data, data, _origin(stored))
+        return None if data is None else _Scale(stored, data, data, shown_origin(stored))
     maker = stored.producer
     if maker is None or maker.op_type != "DequantizeLinear" or maker.attr("block_size", 0):
         return None
@@ -82,7 +82,7 @@ def _constant_scale(value: Value | None) -> _Scale | None:
         return None
     with np.errstate(over="ignore", invalid="ignore"):
         values = data * factor.reshape(())
-    return _Scale(inner, data, values, f"{_origin(inner)} times {_origin(outer)}")
+    return _Scale(inner, data, values, f"{shown_origin(inner)} times {shown_origin(outer)}")
 
 
 def _numbers(value: Value) -> np.ndarray | None:
@@ -95,10 +95,6 @@ def _numbers(value: Value) -> np.ndarray | None:
         return np.asarray(data).astype(np.float64)
     except (TypeError, ValueError):  # strings, a type numpy cannot widen
         return None
-
-
-def _origin(value: Value) -> str:
-    return value.const_origin or f"constant '{value.name}'"
 
 
 def _scale_site(node: Node, scale: _Scale, first: bool, resolver: DtypeResolver) -> Site:
