@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
@@ -197,3 +198,20 @@ def test_a_converter_that_clamps_raises_tiny_weights_instead_of_flushing_them(tm
     assert counts["plain"] == [64, 64, 0, 0.0, ""]
     assert counts["onnxruntime"] == [0, 0, 64, 1.0, "onnxruntime 1.32.0's float16 converter (max_finite_val=65504)"]
     assert counts["onnxconverter-common"] == [0, 0, 64, 1.0, "onnxconverter-common 1.16.0 (max_finite_val=1e4)"]
+
+
+@pytest.mark.parametrize("op, tensor_name, shape", [("LayerNormalization", "scale", (2, 4, 128)),
+                                                     ("BatchNormalization", "var", (2, 128, 4))])
+def test_a_static_audit_of_a_graph_whose_weights_were_never_downloaded_still_runs(op, tensor_name, shape, tmp_path,
+                                                                                   capsys):
+    """The static pass reads a fused norm's parameters (128 channels) where they are there; a data file that is
+    not (a graph fetched without its weights) is read by --check-weights and --trace, which need it, and by
+    nothing else."""
+    from fixtures.onnx_builders import fused_norm, save_with_external
+
+    path = save_with_external(fused_norm(op, dtype="fp32", running_var=1.0, shape=shape), tmp_path / "norm.onnx",
+                              tensor_name)
+    (tmp_path / "norm.data").unlink()
+    assert main([str(path)]) == 0 and capsys.readouterr().err == ""
+    assert main([str(path), "--check-weights"]) == 2
+    assert capsys.readouterr().err.endswith("external data file 'norm.data': no such file\n")

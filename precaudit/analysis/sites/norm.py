@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...dtypes import FORMATS
+from ...errors import InputError
 from ...ir import Graph, Node
 from ..compute_dtype import ComputeDtype, DtypeResolver
 from ..fused_norms import FUSED_NORMS, NormSpec
@@ -58,7 +59,12 @@ def _running_var_floor(node: Node) -> float | None:
     var = node.input(4) if node.op_type == "BatchNormalization" else None
     if var is None or not var.is_const or (var.const_size or 0) > MAX_CHANNELS:
         return None
-    data = var.const()
+    try:
+        data = var.const()
+    except InputError as exc:  # weights never downloaded: the static audit reads none it does not have
+        if exc.problem == "no such file":
+            return None
+        raise
     return float(np.min(data)) if data is not None and data.size else None
 
 
