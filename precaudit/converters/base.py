@@ -88,6 +88,9 @@ class Converter:
     # converter casts the Constant's output to float16 all the same (onnxconverter-common's
     # insert_cast16_after_node: 1e8 becomes inf), so no block list keeps a Constant node's value in float32
     kept_constants: bool = True
+    # inputs it keeps float32 whatever it converts: op type -> input indices (onnxruntime's ALWAYS_FLOAT_INPUTS:
+    # Resize's scales, which its schema takes as float32 only)
+    float_inputs: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def keeps_constant_nodes(self) -> bool:
         """Whether blocking a Constant node together with the nodes reading it keeps its value float32 for them (a

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from .base import CONTROL_FLOW_CAVEAT, Clamp, Converter, KeepArgs, py_list
 
-__all__ = ["CONVERTER", "DEFAULT_OP_BLOCK_LIST", "OLIVE", "paste", "paste_olive"]
+__all__ = ["ALWAYS_FLOAT_INPUTS", "CONVERTER", "DEFAULT_OP_BLOCK_LIST", "OLIVE", "paste", "paste_olive"]
 
 DEFAULT_OP_BLOCK_LIST = (
     "ArrayFeatureExtractor", "Binarizer", "CastMap", "CategoryMapper", "DictVectorizer", "FeatureVectorizer",
@@ -39,6 +39,7 @@ DEFAULT_OP_BLOCK_LIST = (
 )
 
 VERSION, OLIVE_VERSION = "1.32.0", "0.13.0"  # the one release of each modelled here
+ALWAYS_FLOAT_INPUTS = {"Resize": (2,), "GroupNorm": (1, 2), "SkipGroupNorm": (1, 2)}  # float16.py's, as it is
 _UPCAST = "rewrites it to Cast(to=float16)"
 CONVERTER = Converter(
     name="onnxruntime", title=f"onnxruntime {VERSION}'s float16 converter", targets=("fp16",),
@@ -47,6 +48,7 @@ CONVERTER = Converter(
                                              "[5.96e-08, 65504] (min_positive_val, max_finite_val)",
                           by=f"onnxruntime {VERSION}'s float16 converter (max_finite_val=65504)")},
     upcast=_UPCAST, source=f"onnxruntime/transformers/float16.py, onnxruntime {VERSION}",
+    float_inputs=ALWAYS_FLOAT_INPUTS,
     control_flow=CONTROL_FLOW_CAVEAT.format(who=f"onnxruntime {VERSION}'s OnnxModel.convert_float_to_float16"))
 
 OLIVE = Converter(
@@ -57,6 +59,7 @@ OLIVE = Converter(
                                      "(its min_positive_val, max_finite_val defaults)",
                         by=f"Olive {OLIVE_VERSION}'s OnnxFloatToFloat16 (max_finite_val=1e4)")},
     upcast=_UPCAST, source=f"olive/passes/onnx/float16_conversion.py, olive-ai {OLIVE_VERSION}",
+    float_inputs=ALWAYS_FLOAT_INPUTS,
     control_flow=CONTROL_FLOW_CAVEAT.format(who=f"onnxruntime {VERSION}'s OnnxModel.convert_float_to_float16, which "
                                                 "Olive calls"))
 

@@ -10,6 +10,7 @@ import functools
 import onnx
 
 from ...converters.onnxconverter_common import DEFAULT_OP_BLOCK_LIST as OCC_BLOCKED
+from ...converters.onnxruntime import ALWAYS_FLOAT_INPUTS
 from ...converters.onnxruntime import DEFAULT_OP_BLOCK_LIST as ORT_BLOCKED
 from ...ir import Graph
 from ..compute_dtype import DtypeResolver
@@ -27,19 +28,22 @@ def find_type_support_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]
     # reaches a graph through quantize/dequantize, never by converting an op's inputs
     if target.onnx_type != onnx.TensorProto.FLOAT16:
         return []
-    # with no converter named, ops that onnxruntime's and onnxconverter-common's converters both keep by default
-    # (Range, NonMaxSuppression, TopK ...) would be noise: the converter named answers for its own list
-    skipped = _KEPT_BY_BOTH if resolver.converter.plain else frozenset()
+    # with no converter named, what onnxruntime's and onnxconverter-common's converters both leave float32 (ops both
+    # block by default: Range, NonMaxSuppression, TopK ...; Resize's scales, which onnxruntime's keeps float32 and
+    # onnxconverter-common's blocks Resize for) would be noise; a converter named answers for itself
+    converter = resolver.converter
+    plain = converter.plain
     sites = []
     for node in graph.nodes:
-        if node.domain not in ("", "ai.onnx") or node.subgraph_path or node.op_type in skipped:
+        if node.domain not in ("", "ai.onnx") or node.subgraph_path or (plain and node.op_type in _KEPT_BY_BOTH):
             continue
         allowed = _allowed(node.op_type, node.opset)
         if allowed is None:
             continue
+        floats = _FLOAT_BY_BOTH.get(node.op_type, ()) if plain else converter.float_inputs.get(node.op_type, ())
         for index, value in enumerate(node.inputs):
             types = allowed[min(index, len(allowed) - 1)]  # (a variadic input repeats the last)
-            if value is None or value.dtype != "fp32" or "tensor(float16)" in types:
+            if value is None or value.dtype != "fp32" or "tensor(float16)" in types or index in floats:
                 continue
             dtype = resolver.of_node(node)
             if dtype is None or dtype.fmt is not target:
@@ -52,6 +56,8 @@ def find_type_support_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]
 
 
 _KEPT_BY_BOTH = frozenset(ORT_BLOCKED) & frozenset(OCC_BLOCKED)
+# inputs one keeps float32 where the other blocks the whole op
+_FLOAT_BY_BOTH = {op: inputs for op, inputs in ALWAYS_FLOAT_INPUTS.items() if op in OCC_BLOCKED}
 
 
 @functools.cache
