@@ -176,8 +176,12 @@ def test_static_report_shows_findings_and_the_dtype_map(tmp_path):
     assert len(columns) == len(onnx.load(str(model)).graph.node)
     assert {c.attrs["data-dtype"] for c in columns} == {"fp16", "fp32"}
     classes = [[td.text for td in tr.iter("td")] for tr in next(root.iter("table", **{"class": "dtypes"})).iter("tr")][1:]
-    assert classes[0][:3] == ["float16", "--dtype fp16: float32 tensors run as float16", "55"]
+    assert classes[0][:3] == ["float16", "--dtype fp16: float32 tensors run as float16", "53"]
     assert classes[1][:3] == ["float32", "kept in float32 by --keep-fp32 /encoder/block.3/*", "16"]
+    # the final norm's two readers of the kept block's output read it as the converter casts it back: float16
+    assert ["float16", "made by '/encoder/block.3/layer.1/Add', kept in float32 by --keep-fp32 /encoder/block.3/*; "
+            "the converter casts its output to float16 for '/encoder/final_layer_norm/Pow' (Pow), which it converts",
+            "2"] in [row[:3] for row in classes]
     assert classes[1][4] == "encoder.block.3.layer.{0,1}.layer_norm, encoder.block.3.layer.{0,1}"
 
 

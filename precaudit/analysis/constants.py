@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dtypes import format_of_onnx_type
-from ..ir import UNKNOWN, Node, Value
+from ..ir import UNKNOWN, Node, Value, shown_origin
 
 __all__ = ["ScalarConst", "is_constant", "producer_through_casts", "resolve_fill", "resolve_scalar", "skip_casts"]
 
@@ -76,7 +76,8 @@ def _through_moves(value: Value | None) -> tuple[Value | None, list[str]]:
 
 
 def _source(value: Value, hops: list[str]) -> str:
-    return " → ".join([value.const_origin or f"constant '{value.name}'", *reversed(hops)])
+    # as messages name it: an unnamed Constant node by the tensor it makes, not by precaudit's generated name
+    return " → ".join([shown_origin(value), *reversed(hops)])
 
 
 _MAX_FILL_ELEMENTS = 1 << 22  # a folded attention mask of up to 2048 x 2048 positions (16 MB in float32)

@@ -44,7 +44,7 @@ class Clamp:
 
     def applies_to(self, source: str) -> bool:
         """Whether a constant stored as `source` (a const_origin: "initializer 'w'", "Constant node 'c'") is clamped."""
-        return source.startswith(self.forms)
+        return source.removeprefix("the unnamed ").startswith(self.forms)  # (ir.shown_origin's unnamed Constant)
 
     def array(self, data: np.ndarray) -> np.ndarray:
         """apply() on every element of a float array (a float32 copy; the array itself is left alone)."""
