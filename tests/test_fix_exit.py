@@ -142,8 +142,26 @@ def test_a_weight_error_with_check_weights_is_left_and_fix_exits_1(capsys, tmp_p
     captured = capsys.readouterr()
     assert captured.err == (f"precaudit: {model}: nothing repaired and 1 error finding remains (PA212 at 'mm'): "
                             "no model written\n")
-    assert "  left    PA212 weight-overflow  node 'mm' (MatMul), error in the weights: " in captured.out
+    assert ("  left    PA212 weight-overflow  node 'mm' (MatMul): a weight beyond the target's range is the model's "
+            "own number: keep its reader in float32 (precaudit keep-list) or rescale it") in captured.out.splitlines()
     assert main(["fix", str(model), "-o", str(out)]) == 0 and not out.exists()
+
+
+def test_a_norm_statistic_the_static_pass_reads_is_counted_once_with_check_weights(capsys, tmp_path):
+    """A running variance of 1e8: the static pass reads it (a norm's parameter), --check-weights reads every
+    weight; the one finding is one finding, left once."""
+    from fixtures.onnx_builders import fused_norm
+
+    norm = fused_norm("BatchNormalization", dtype="fp32", name="bn")
+    var = next(init for init in norm.graph.initializer if init.name == "var")
+    var.CopyFrom(numpy_helper.from_array(np.array([1e8, 1.0, 2.0, 3.0], np.float32), "var"))
+    model = save(norm, tmp_path / "bn.onnx")
+    for extra in ([], ["--check-weights"]):
+        assert main(["fix", str(model), "-o", str(tmp_path / "fixed.onnx"), *extra]) == 1
+        captured = capsys.readouterr()
+        assert captured.err == (f"precaudit: {model}: nothing repaired and 1 error finding remains (PA212 at 'bn'): "
+                                "no model written\n")
+        assert captured.out.count("  left    PA212") == 1
 
 
 def test_a_written_model_with_an_error_left_in_it_exits_1(capsys, tmp_path):
@@ -162,6 +180,6 @@ def test_the_api_fix_counts_weight_errors_too(tmp_path):
 
     model = _wide_weight(tmp_path, None)
     result = precaudit.fix(str(model), str(tmp_path / "fixed.onnx"), check_weights=True)
-    assert [(f.rule_id, f.node_name) for f in result.measured] == [("PA212", "mm")]
+    assert [(f.rule_id, f.node_name) for f in result.errors_left] == [("PA212", "mm")]
     assert result.exit_code == 1 and not result.written
     assert precaudit.fix(str(model), str(tmp_path / "fixed.onnx")).exit_code == 0

@@ -27,10 +27,12 @@ _REPAIRS: dict[str, Callable[[Context, Group], Repair | str]] = {
 
 
 def audit_pairs(graph: Graph, resolver: DtypeResolver, rules: list[Rule], path: str,
-                keep: Callable[[list[Finding]], list[Finding]] | None = None) -> list[tuple[Rule, Site, Finding]]:
-    """Every finding of the static audit with the rule and the site it came from (in the audit's order), less
-    those the inline suppressions and the configured ignores drop: the pass `precaudit check` runs."""
-    return [(m.rule, m.site, m.finding) for m in static_matches(graph, resolver, rules, path, keep=keep)]
+                keep: Callable[[list[Finding]], list[Finding]] | None = None,
+                weights: bool = False) -> list[tuple[Rule, Site, Finding]]:
+    """Every finding of the static audit (every weight's too where weights) with the rule and the site it came from
+    (in the audit's order), less those the inline suppressions and the configured ignores drop: the pass
+    `precaudit check` runs."""
+    return [(m.rule, m.site, m.finding) for m in static_matches(graph, resolver, rules, path, weights, keep)]
 
 
 def plan_repairs(ctx: Context, pairs: list[tuple[Rule, Site]]) -> Plan:

@@ -49,7 +49,7 @@ def render_text(result: FixResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-# why a traced or weight finding is left (fix rewrites what the static audit can show is safe to change)
+# why a traced finding is left (fix rewrites what the static audit can show is safe to change)
 _MEASURED_REASON = ("fix repairs what the static audit finds; keep this in float32 instead (precaudit keep-list MODEL "
                     "--for CONVERTER, with the same --trace and --inputs)")
 
@@ -76,9 +76,8 @@ def _plan_lines(result: FixResult) -> list[str]:
         if s.keep_fp32:
             lines.append(f"          keep in float32: {_names(s.keep_fp32)}")
     for f in result.measured:
-        how = f"measured on {f.inputs} inputs (--trace)" if f.inputs else "in the weights"
         lines.append(f"  left    {f.rule_id} {p(f.rule_name)}  node '{p(f.node_name)}' ({p(f.op_type)}), {f.severity} "
-                     f"{how}: {_MEASURED_REASON}")
+                     f"measured on {f.inputs} inputs (--trace): {_MEASURED_REASON}")
     lines += [f"  note: {p(note)}" for note in plan.notes]
     return lines
 

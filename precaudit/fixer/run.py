@@ -32,6 +32,7 @@ from .plan import Context, Plan, Repair
 from .planner import audit_pairs, plan_repairs
 
 if TYPE_CHECKING:
+    from ..analysis.sites.base import Site
     from ..trace.inputs import InputSource
 
 __all__ = ["FixResult", "run_fix"]
@@ -59,8 +60,8 @@ class FixResult:
     problems: list[str] = field(default_factory=list)  # why the fixed model was not written
     compare_problem: str | None = None  # why the float32 comparison could not run
     withheld: list[Repair] = field(default_factory=list)  # measured, and left out of the written model
-    # the findings of before that the static pass does not make (--trace, --check-weights): no repair is planned
-    # for them; each is left as it is, and said so
+    # the findings of before that the traced audit makes (--trace): no repair is planned for them; each is left as
+    # it is, and said so
     measured: list[Finding] = field(default_factory=list)
     tolerance: float = 1e-3
 
@@ -154,13 +155,13 @@ def run_fix(model: str, output: str | None, deployment: Deployment, rules: list[
         check_output(output, what="the fixed model")
     target = deployment.fmt
     resolver = deployment.resolver(graph)
-    triples = audit_pairs(graph, resolver, rules, model, keep)
+    audit = _Pass(rules, keep, weights or trace, inputs if trace else None)
+    triples = audit.static(model, graph, resolver)
     pairs = [(r, s) for r, s, _ in triples]
     ctx, plan = _planned(model, graph, resolver, target, options, pairs, set())
-    measured = _Measured(deployment, rules, inputs if trace else None, weights, keep)
-    beyond = measured(model, graph, resolver)
-    result = FixResult(model, output, target, dry_run, plan, [f for _, _, f in triples] + beyond,
-                       tolerance=options.tolerance, measured=beyond)
+    traced = audit.traced(model, graph, resolver)
+    result = FixResult(model, output, target, dry_run, plan, [f for _, _, f in triples] + traced,
+                       tolerance=options.tolerance, measured=traced)
     if dry_run or not plan.repairs:
         return result
     if output is None:
@@ -191,7 +192,7 @@ def run_fix(model: str, output: str | None, deployment: Deployment, rules: list[
             with open(tmp, "xb") as fh:
                 fh.write(fixed.SerializeToString())
             _checker(tmp, output, model)
-            fixed_graph = _reaudit(result, str(tmp), deployment, rules, keep, measured)
+            fixed_graph = _reaudit(result, str(tmp), deployment, audit)
             _compare(result, graph, fixed_graph, pristine, fixed, str(tmp), batches)
             failed = _gate(plan.repairs, options.tolerance, ctx) or _gate_whole(plan.repairs, options.tolerance, ctx,
                                                                                result.comparison)
@@ -251,35 +252,36 @@ def _first_line(exc: Exception) -> str:
 
 
 @dataclass
-class _Measured:
-    """The audit's findings beyond its static pass (traced, weights) with the run's settings; none where neither
-    was asked for."""
+class _Pass:
+    """The audit fix runs on the model, and again on the fixed one, with the run's settings: the static pass (every
+    weight too where --check-weights or --trace reads them, as `precaudit check` does) and, with --trace, the
+    traced findings, none of which fix repairs."""
 
-    deployment: Deployment
     rules: list[Rule]
-    trace: TraceOptions | None
-    weights: bool
     keep: Callable[[list[Finding]], list[Finding]] | None
+    weights: bool
+    trace: TraceOptions | None
 
-    def __call__(self, path: str, graph: Graph, resolver: DtypeResolver | None = None) -> list[Finding]:
-        if self.trace is None and not self.weights:
+    def static(self, path: str, graph: Graph, resolver: DtypeResolver) -> list[tuple[Rule, Site, Finding]]:
+        return audit_pairs(graph, resolver, self.rules, path, self.keep, weights=self.weights)
+
+    def traced(self, path: str, graph: Graph, resolver: DtypeResolver) -> list[Finding]:
+        if self.trace is None:
             return []
         from ..suppress import drop_suppressed
-        from .measured import beyond_static
+        from .measured import traced_findings
 
-        found = drop_suppressed(beyond_static(path, graph, resolver or self.deployment.resolver(graph), self.rules,
-                                              self.trace, self.weights))
+        found = drop_suppressed(traced_findings(path, graph, resolver, self.rules, self.trace))
         return self.keep(found) if self.keep is not None else found
 
 
-def _reaudit(result: FixResult, tmp: str, deployment: Deployment, rules: list[Rule], keep,
-             measured: _Measured) -> Graph:
+def _reaudit(result: FixResult, tmp: str, deployment: Deployment, audit: _Pass) -> Graph:
     """The fixed model audited with the same settings: what is fixed, what remains, what is new."""
     fixed_graph = load_onnx(tmp)
-    fixed_graph.path = result.output or tmp
+    shown = fixed_graph.path = result.output or tmp
     fixed_resolver = deployment.resolver(fixed_graph)
-    result.after = [f for _, _, f in audit_pairs(fixed_graph, fixed_resolver, rules, result.output or tmp, keep)]
-    result.after += measured(result.output or tmp, fixed_graph, fixed_resolver)
+    result.after = [f for _, _, f in audit.static(shown, fixed_graph, fixed_resolver)]
+    result.after += audit.traced(shown, fixed_graph, fixed_resolver)
     # a repair that moved a norm's eps (inside the root, or added one) moved its site: its findings are the same norm's
     moved = {r.moved_to: r.node.name for r in result.plan.repairs if r.moved_to}
     result.after = [dataclasses.replace(f, node_name=moved[f.node_name]) if f.node_name in moved else f
