@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .escape import printable
 
-__all__ = ["InputError"]
+__all__ = ["InputError", "MissingFile"]
 
 
 class InputError(Exception):
@@ -22,10 +22,15 @@ class InputError(Exception):
         super().__init__(str(self))
 
     def __reduce__(self):  # a worker process (-j) sends its errors back to the parent
-        return (InputError, (self.file, self.problem, self.line))
+        return (type(self), (self.file, self.problem, self.line))
 
     def __str__(self) -> str:
         where = self.file or ""
         if self.file and self.line:
             where += f":{self.line}"
         return printable(f"{where}: {self.problem}" if where else self.problem)
+
+
+class MissingFile(InputError):
+    """A file the input names that is not there (files.open_regular): a graph fetched without its weights data
+    file is still audited where the audit reads no weight, so a reader may skip what it cannot find."""

@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import InputError
+from .errors import InputError, MissingFile
 
 __all__ = [
     "MiB",
@@ -219,7 +219,7 @@ def check_regular(path: str | os.PathLike, shown: str | None = None) -> Path:
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        raise InputError(shown, "no such file") from None
+        raise MissingFile(shown, "no such file") from None
     except OSError as exc:
         raise InputError(shown, f"cannot read it: {exc.strerror or exc}") from None
     if not stat.S_ISREG(mode):
@@ -234,7 +234,7 @@ def open_regular(path: str | os.PathLike, shown: str | None = None) -> BinaryIO:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
-        raise InputError(shown, "no such file") from None
+        raise MissingFile(shown, "no such file") from None
     except IsADirectoryError:
         raise InputError(shown, "is a directory, not a regular file") from None
     except OSError as exc:

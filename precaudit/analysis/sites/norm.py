@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...dtypes import FORMATS
-from ...errors import InputError
+from ...errors import MissingFile
 from ...ir import Graph, Node
 from ..compute_dtype import ComputeDtype, DtypeResolver
 from ..fused_norms import FUSED_NORMS, NormSpec
@@ -61,10 +61,8 @@ def _running_var_floor(node: Node) -> float | None:
         return None
     try:
         data = var.const()
-    except InputError as exc:  # weights never downloaded: the static audit reads none it does not have
-        if exc.problem == "no such file":
-            return None
-        raise
+    except MissingFile:  # weights never downloaded: the static audit reads none it does not have
+        return None
     return float(np.min(data)) if data is not None and data.size else None
 
 
