@@ -14,32 +14,17 @@ from ...errors import MissingFile
 from ...ir import Graph, Node, Value, shown_node, shown_origin
 from ..compute_dtype import ComputeDtype, DtypeResolver
 from ..constants import resolve_fill, resolve_scalar
+from ..fused_norms import FUSED_NORMS
 from .base import Site
 from .blocks import find_block_weight_sites
 from .facts import dtype_facts
 from .norm import MAX_CHANNELS
 from .walks import feeds_softmax
 
-__all__ = ["NORM_PARAMS", "find_weight_sites", "weight_stats"]
+__all__ = ["find_weight_sites", "weight_stats"]
 
 
 _WEIGHT_CHUNK = 1 << 20  # elements measured at a time: the temporaries stay at a few MB, whatever the tensor
-
-# The parameter inputs of the fused normalization ops (input index: what it is). Each is one number per channel
-# (MAX_CHANNELS at most are read), so the static audit reads them where it reads no other weight: a running
-# variance beyond 65504 breaks a float16 model as surely as any weight does.
-NORM_PARAMS: dict[tuple[str, str], dict[int, str]] = {
-    ("", "BatchNormalization"): {1: "scale", 2: "bias", 3: "running mean", 4: "running variance"},
-    ("", "InstanceNormalization"): {1: "scale", 2: "bias"},
-    ("", "LayerNormalization"): {1: "scale", 2: "bias"},
-    ("", "GroupNormalization"): {1: "scale", 2: "bias"},
-    ("", "RMSNormalization"): {1: "scale"},
-    ("com.microsoft", "LayerNormalization"): {1: "scale", 2: "bias"},
-    ("com.microsoft", "SimplifiedLayerNormalization"): {1: "scale"},
-    ("com.microsoft", "SkipLayerNormalization"): {2: "gamma", 3: "beta", 4: "bias"},
-    ("com.microsoft", "SkipSimplifiedLayerNormalization"): {2: "gamma", 3: "bias"},
-}
-
 
 def find_weight_sites(graph: Graph, resolver: DtypeResolver, norm_params_only: bool = False) -> list[Site]:
     """A site for every float32 weight (initializer or Constant tensor) that a conversion would change the dtype of.
@@ -48,8 +33,8 @@ def find_weight_sites(graph: Graph, resolver: DtypeResolver, norm_params_only: b
     A tensor is converted to the narrowest dtype any of its readers computes in (a Cast reader: the dtype it casts
     to); one read only by --keep-fp32 nodes, or by float32 islands, stays float32 and is skipped. Single-valued
     constants are the constant sites' (PA209). Weights a block-scaled format quantizes come as block_weight sites
-    (blocks.py). norm_params_only: only the normalization parameters of NORM_PARAMS, up to MAX_CHANNELS values
-    each (what the static audit reads).
+    (blocks.py). norm_params_only: only the fused normalizations' parameters, up to MAX_CHANNELS values each (what
+    the static audit reads).
     """
     sites, seen = [], set()
     for node in graph.nodes:
@@ -78,10 +63,16 @@ def _site_of(value: Value, resolver: DtypeResolver) -> Site | None:
 
 
 def _norm_params(node: Node) -> list[Value | None]:
-    roles = NORM_PARAMS.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
-    if roles is None:
-        return []
+    """A fused norm's parameter inputs (fused_norms.py: one number per channel), MAX_CHANNELS values at most each:
+    the static audit reads them where it reads no other weight (a running variance beyond 65504 breaks a float16
+    model as surely as any weight does)."""
+    roles = _roles(node)
     return [v for i, v in enumerate(node.inputs) if i in roles and v is not None and (v.const_size or 0) <= MAX_CHANNELS]
+
+
+def _roles(node: Node) -> dict[int, str]:
+    spec = FUSED_NORMS.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
+    return dict(spec.params) if spec is not None else {}
 
 
 def _weight_site(value: Value, dtype: ComputeDtype, reader: Node, resolver: DtypeResolver) -> Site | None:
@@ -102,7 +93,7 @@ def _weight_site(value: Value, dtype: ComputeDtype, reader: Node, resolver: Dtyp
 
 def _role(value: Value, reader: Node) -> str:
     """What the reader takes the value as, where it is a normalization's parameter ("running variance")."""
-    roles = NORM_PARAMS.get((reader.domain if reader.domain != "ai.onnx" else "", reader.op_type), {})
+    roles = _roles(reader)
     return next((roles[i] for i, v in enumerate(reader.inputs) if v is value and i in roles), "")
 
 
