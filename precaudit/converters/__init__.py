@@ -24,6 +24,7 @@ __all__ = [
     "Converter",
     "KeepArgs",
     "converter_named",
+    "kept_by_common",
     "py_list",
 ]
 
@@ -48,3 +49,12 @@ def converter_named(name: str | Converter | None) -> Converter:
     if found is None:
         raise KeyError(f"unknown converter {name!r}; choose one of {', '.join(CONVERTER_NAMES)}")
     return found
+
+
+def kept_by_common(op_type: str, index: int) -> bool:
+    """Whether onnxruntime's and onnxconverter-common's converters both read this input of an op_type node in
+    float32 (both block Range and TopK; onnxruntime's keeps Resize's scales, onnxconverter-common's blocks Resize):
+    what an audit that names no converter need not lay at a conversion's door."""
+    from . import onnxconverter_common, onnxruntime
+
+    return all(c.keeps_input_float(op_type, index) for c in (onnxruntime.CONVERTER, onnxconverter_common.CONVERTER))

@@ -101,6 +101,11 @@ class Converter:
     def plain(self) -> bool:
         return self.name == "plain"
 
+    def keeps_input_float(self, op_type: str, index: int) -> bool:
+        """Whether the converted model reads this input of an op_type node in float32: its default block list keeps
+        the op, or it keeps that input float32 whatever it converts (float_inputs)."""
+        return op_type in self.op_block_list or index in self.float_inputs.get(op_type, ())
+
     def applies(self, target: Format) -> bool:
         return not self.plain and target.name in self.targets
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from .base import CONTROL_FLOW_CAVEAT, Clamp, Converter, KeepArgs, py_list
 
-__all__ = ["ALWAYS_FLOAT_INPUTS", "CONVERTER", "DEFAULT_OP_BLOCK_LIST", "OLIVE", "paste", "paste_olive"]
+__all__ = ["CONVERTER", "DEFAULT_OP_BLOCK_LIST", "OLIVE", "paste", "paste_olive"]
 
 DEFAULT_OP_BLOCK_LIST = (
     "ArrayFeatureExtractor", "Binarizer", "CastMap", "CategoryMapper", "DictVectorizer", "FeatureVectorizer",

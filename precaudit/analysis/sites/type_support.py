@@ -9,9 +9,7 @@ import functools
 
 import onnx
 
-from ...converters.onnxconverter_common import DEFAULT_OP_BLOCK_LIST as OCC_BLOCKED
-from ...converters.onnxruntime import ALWAYS_FLOAT_INPUTS
-from ...converters.onnxruntime import DEFAULT_OP_BLOCK_LIST as ORT_BLOCKED
+from ...converters import kept_by_common
 from ...ir import Graph
 from ..compute_dtype import DtypeResolver
 from .base import Site
@@ -28,22 +26,20 @@ def find_type_support_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]
     # reaches a graph through quantize/dequantize, never by converting an op's inputs
     if target.onnx_type != onnx.TensorProto.FLOAT16:
         return []
-    # with no converter named, what onnxruntime's and onnxconverter-common's converters both leave float32 (ops both
-    # block by default: Range, NonMaxSuppression, TopK ...; Resize's scales, which onnxruntime's keeps float32 and
-    # onnxconverter-common's blocks Resize for) would be noise; a converter named answers for itself
+    # with no converter named, what onnxruntime's and onnxconverter-common's converters both read in float32 (Range,
+    # TopK, Resize's scales ...) would be noise; a converter named answers for itself
     converter = resolver.converter
-    plain = converter.plain
+    kept = kept_by_common if converter.plain else converter.keeps_input_float
     sites = []
     for node in graph.nodes:
-        if node.domain not in ("", "ai.onnx") or node.subgraph_path or (plain and node.op_type in _KEPT_BY_BOTH):
+        if node.domain not in ("", "ai.onnx") or node.subgraph_path:
             continue
         allowed = _allowed(node.op_type, node.opset)
         if allowed is None:
             continue
-        floats = _FLOAT_BY_BOTH.get(node.op_type, ()) if plain else converter.float_inputs.get(node.op_type, ())
         for index, value in enumerate(node.inputs):
             types = allowed[min(index, len(allowed) - 1)]  # (a variadic input repeats the last)
-            if value is None or value.dtype != "fp32" or "tensor(float16)" in types or index in floats:
+            if value is None or value.dtype != "fp32" or "tensor(float16)" in types or kept(node.op_type, index):
                 continue
             dtype = resolver.of_node(node)
             if dtype is None or dtype.fmt is not target:
@@ -53,11 +49,6 @@ def find_type_support_sites(graph: Graph, resolver: DtypeResolver) -> list[Site]
                 "allowed_types": ", ".join(t[len("tensor("):-1] for t in types), **dtype_facts(dtype, resolver)}))
             break
     return sites
-
-
-_KEPT_BY_BOTH = frozenset(ORT_BLOCKED) & frozenset(OCC_BLOCKED)
-# inputs one keeps float32 where the other blocks the whole op
-_FLOAT_BY_BOTH = {op: inputs for op, inputs in ALWAYS_FLOAT_INPUTS.items() if op in OCC_BLOCKED}
 
 
 @functools.cache
